@@ -59,6 +59,24 @@ impl Metric {
         }
     }
 
+    /// The distance the engine ranks by inside the index (smaller is closer): squared L2 for
+    /// `L2`; squared L2 as well for `Cosine`, because the index stores unit vectors (see
+    /// [`normalize`]) and for those `|a-b|^2 = 2 - 2 cos(a, b)` gives the same order; the
+    /// negative inner product for `InnerProduct`. Saves the square root on the hot path.
+    #[inline]
+    pub fn search_distance(self, a: &[f32], b: &[f32]) -> f32 {
+        let k = kernels();
+        match self {
+            Metric::L2 | Metric::Cosine => k.l2_squared(a, b),
+            Metric::InnerProduct => -k.dot(a, b),
+        }
+    }
+
+    /// Whether vectors must be scaled to unit length before they enter the index.
+    pub fn needs_normalization(self) -> bool {
+        self == Metric::Cosine
+    }
+
     /// The distance the SQL operator returns, computed in `f64` at the end as pgvector does.
     pub fn sql_distance(self, a: &[f32], b: &[f32]) -> f64 {
         let k = kernels();
@@ -77,6 +95,17 @@ pub fn cosine_distance_from_parts((dot, norm_a, norm_b): (f32, f32, f32)) -> f64
         return f64::NAN;
     }
     1.0 - similarity.clamp(-1.0, 1.0)
+}
+
+/// Scales `v` to unit length in place; returns false (and leaves `v` alone) for a zero vector,
+/// whose cosine distance to anything is undefined.
+pub fn normalize(v: &mut [f32]) -> bool {
+    let norm = kernels().dot(v, v).sqrt();
+    if norm == 0.0 || !norm.is_finite() {
+        return false;
+    }
+    v.iter_mut().for_each(|x| *x /= norm);
+    true
 }
 
 /// Which kernel implementation is in use.
