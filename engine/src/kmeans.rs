@@ -1,1 +1,764 @@
-//! (not yet written)
+//! k-means for product-quantisation training.
+//!
+//! PQ trains one small k-means (256 centroids over a few dimensions) per subspace, on the
+//! same row sample. [`RowsView`] lets each run read its columns of that sample in place, so
+//! the sample is copied once rather than once per subspace.
+//!
+//! The algorithm is the textbook one, made predictable:
+//!
+//! * seeded k-means++ initialisation over a sub-sample of at most `init_rows_per_centroid·k`
+//!   rows (k-means++ costs as much as a Lloyd iteration on the full sample otherwise);
+//! * Lloyd iterations up to `max_iters`, stopping early when no point changes cluster or the
+//!   inertia improves by less than `tolerance` (relative);
+//! * assignment parallel over contiguous row ranges, centroid update serial in `f64` and in
+//!   row order, so the result is the same for every thread count;
+//! * an empty cluster is re-seeded by splitting the largest one: it moves halfway from that
+//!   cluster's mean towards its farthest member.
+//!
+//! [`CentroidTable`] is the hot kernel shared with PQ encoding and query tables: centroids
+//! stored in panels of 16 so that one row's distances to all centroids are computed with the
+//! 16 accumulators held in registers. It is compiled twice, for the baseline target and for
+//! AVX2, and chosen at run time. Both versions perform the same operations in the same order
+//! per centroid, so they return identical results.
+
+use std::fmt;
+
+use rand::seq::index::sample as sample_indices;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+/// Why k-means could not run.
+#[derive(Clone, Debug, PartialEq)]
+pub enum KMeansError {
+    /// The view's geometry does not fit the data (message says how).
+    BadShape(String),
+    /// Fewer rows than requested clusters.
+    TooFewRows { rows: usize, k: usize },
+    /// `k` or `max_iters` is zero.
+    BadParameter(String),
+}
+
+impl fmt::Display for KMeansError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KMeansError::BadShape(m) | KMeansError::BadParameter(m) => write!(f, "k-means: {m}"),
+            KMeansError::TooFewRows { rows, k } => {
+                write!(
+                    f,
+                    "k-means: {k} clusters requested but only {rows} rows to train on"
+                )
+            }
+        }
+    }
+}
+
+impl std::error::Error for KMeansError {}
+
+/// Columns `offset..offset + width` of every row of a row-major matrix with `stride` columns.
+#[derive(Copy, Clone, Debug)]
+pub struct RowsView<'a> {
+    data: &'a [f32],
+    rows: usize,
+    stride: usize,
+    offset: usize,
+    width: usize,
+}
+
+impl<'a> RowsView<'a> {
+    /// A view of columns `offset..offset + width` of `data`, whose rows have `stride` columns.
+    pub fn new(
+        data: &'a [f32],
+        stride: usize,
+        offset: usize,
+        width: usize,
+    ) -> Result<Self, KMeansError> {
+        if stride == 0 || width == 0 {
+            return Err(KMeansError::BadShape(
+                "row stride and view width must be positive".into(),
+            ));
+        }
+        if data.len() % stride != 0 {
+            return Err(KMeansError::BadShape(format!(
+                "{} values do not form whole rows of {stride}",
+                data.len()
+            )));
+        }
+        if offset.checked_add(width).is_none_or(|end| end > stride) {
+            return Err(KMeansError::BadShape(format!(
+                "columns {offset}..{} exceed the row width {stride}",
+                offset.saturating_add(width)
+            )));
+        }
+        Ok(RowsView {
+            data,
+            rows: data.len() / stride,
+            stride,
+            offset,
+            width,
+        })
+    }
+
+    /// All columns of a row-major matrix with `dim` columns.
+    pub fn full(data: &'a [f32], dim: usize) -> Result<Self, KMeansError> {
+        Self::new(data, dim, 0, dim)
+    }
+
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    pub fn width(&self) -> usize {
+        self.width
+    }
+
+    /// Row `i` of the view. Panics if `i >= rows()`.
+    #[inline]
+    pub fn row(&self, i: usize) -> &'a [f32] {
+        let start = i * self.stride + self.offset;
+        &self.data[start..start + self.width]
+    }
+}
+
+/// Parameters of one k-means run.
+#[derive(Clone, Debug)]
+pub struct KMeansConfig {
+    /// Number of clusters.
+    pub k: usize,
+    /// Upper bound on Lloyd iterations.
+    pub max_iters: usize,
+    /// Stop when the inertia improves by less than this fraction in one iteration.
+    pub tolerance: f64,
+    /// Seed of the initialisation (the only random step).
+    pub seed: u64,
+    /// Threads for the assignment step (1 = the calling thread only).
+    pub threads: usize,
+    /// k-means++ runs on at most this many rows per centroid.
+    pub init_rows_per_centroid: usize,
+}
+
+impl KMeansConfig {
+    /// Defaults suited to PQ training: 12 iterations (as DiskANN), tolerance 1e-4, one thread.
+    pub fn new(k: usize, seed: u64) -> Self {
+        KMeansConfig {
+            k,
+            max_iters: 12,
+            tolerance: 1e-4,
+            seed,
+            threads: 1,
+            init_rows_per_centroid: 16,
+        }
+    }
+}
+
+/// The outcome of a k-means run.
+#[derive(Clone, Debug)]
+pub struct KMeans {
+    /// `k` centroids of `width` values each, row-major.
+    pub centroids: Vec<f32>,
+    pub k: usize,
+    pub width: usize,
+    /// Lloyd iterations performed.
+    pub iterations: usize,
+    /// Sum of squared distances of the rows to their centroid at the last assignment.
+    pub inertia: f64,
+    /// How many times an empty cluster was re-seeded.
+    pub reseeded: usize,
+}
+
+/// Runs k-means on the rows of `view`.
+pub fn train(view: &RowsView, config: &KMeansConfig) -> Result<KMeans, KMeansError> {
+    let (n, k, width) = (view.rows(), config.k, view.width());
+    if k == 0 {
+        return Err(KMeansError::BadParameter(
+            "the number of clusters must be positive".into(),
+        ));
+    }
+    if config.max_iters == 0 {
+        return Err(KMeansError::BadParameter(
+            "max_iters must be positive".into(),
+        ));
+    }
+    if n < k {
+        return Err(KMeansError::TooFewRows { rows: n, k });
+    }
+    let mut rng = ChaCha8Rng::seed_from_u64(config.seed);
+    let mut centroids = kmeans_plus_plus(view, k, config.init_rows_per_centroid, &mut rng);
+    let mut assignment = vec![u32::MAX; n];
+    let mut distances = vec![0f32; n];
+    let mut previous_inertia = f64::INFINITY;
+    let mut result = KMeans {
+        centroids: Vec::new(),
+        k,
+        width,
+        iterations: 0,
+        inertia: 0.0,
+        reseeded: 0,
+    };
+    for iteration in 0..config.max_iters {
+        let table = CentroidTable::new(&centroids, k, width);
+        let changed = assign_all(
+            view,
+            &table,
+            &mut assignment,
+            &mut distances,
+            config.threads,
+        );
+        let inertia: f64 = distances.iter().map(|&d| d as f64).sum();
+        result.iterations = iteration + 1;
+        result.inertia = inertia;
+        let counts = recompute_means(view, &assignment, k, &mut centroids);
+        let reseeded =
+            split_for_empty_clusters(view, &assignment, &mut distances, counts, &mut centroids);
+        result.reseeded += reseeded;
+        let converged =
+            changed == 0 || previous_inertia - inertia <= config.tolerance * previous_inertia;
+        if converged && reseeded == 0 {
+            break;
+        }
+        previous_inertia = inertia;
+    }
+    result.centroids = centroids;
+    Ok(result)
+}
+
+/// Seeded k-means++ (D² sampling) over a sub-sample of the rows.
+fn kmeans_plus_plus(
+    view: &RowsView,
+    k: usize,
+    rows_per_centroid: usize,
+    rng: &mut ChaCha8Rng,
+) -> Vec<f32> {
+    let n = view.rows();
+    let budget = k.saturating_mul(rows_per_centroid.max(1)).max(k);
+    let mut candidates: Vec<usize> = if n > budget {
+        sample_indices(rng, n, budget).into_vec()
+    } else {
+        (0..n).collect()
+    };
+    candidates.sort_unstable();
+    let rows: Vec<&[f32]> = candidates.iter().map(|&i| view.row(i)).collect();
+
+    let mut centroids = Vec::with_capacity(k * view.width());
+    let first = rows[rng.gen_range(0..rows.len())];
+    centroids.extend_from_slice(first);
+    let mut nearest: Vec<f64> = rows.iter().map(|r| squared_l2(r, first) as f64).collect();
+    for _ in 1..k {
+        let chosen = rows[pick_proportional(&nearest, rng)];
+        centroids.extend_from_slice(chosen);
+        for (d, r) in nearest.iter_mut().zip(&rows) {
+            *d = d.min(squared_l2(r, chosen) as f64);
+        }
+    }
+    centroids
+}
+
+/// An index drawn with probability proportional to `weights`; uniform when all are zero.
+fn pick_proportional(weights: &[f64], rng: &mut ChaCha8Rng) -> usize {
+    let total: f64 = weights.iter().sum();
+    if total <= 0.0 || !total.is_finite() {
+        return rng.gen_range(0..weights.len());
+    }
+    let mut target = rng.gen::<f64>() * total;
+    for (i, &w) in weights.iter().enumerate() {
+        if target < w {
+            return i;
+        }
+        target -= w;
+    }
+    // Rounding left a sliver past the last positive weight.
+    weights.iter().rposition(|&w| w > 0.0).unwrap_or(0)
+}
+
+fn squared_l2(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| (x - y) * (x - y)).sum()
+}
+
+/// Assigns every row to its nearest centroid, in parallel over contiguous row ranges.
+/// Returns how many rows changed cluster.
+fn assign_all(
+    view: &RowsView,
+    table: &CentroidTable,
+    assignment: &mut [u32],
+    distances: &mut [f32],
+    threads: usize,
+) -> usize {
+    let n = view.rows();
+    let chunk = n.div_ceil(threads.clamp(1, n.max(1)));
+    let assign_range = |start: usize, labels: &mut [u32], dists: &mut [f32]| -> usize {
+        let mut changed = 0;
+        for (i, (label, dist)) in labels.iter_mut().zip(dists.iter_mut()).enumerate() {
+            let (nearest, d) = table.nearest(view.row(start + i));
+            changed += usize::from(*label != nearest);
+            *label = nearest;
+            *dist = d;
+        }
+        changed
+    };
+    std::thread::scope(|scope| {
+        let mut parts = assignment
+            .chunks_mut(chunk)
+            .zip(distances.chunks_mut(chunk))
+            .enumerate();
+        let first = parts.next();
+        let handles: Vec<_> = parts
+            .map(|(c, (labels, dists))| scope.spawn(move || assign_range(c * chunk, labels, dists)))
+            .collect();
+        let mut changed = first.map_or(0, |(_, (labels, dists))| assign_range(0, labels, dists));
+        for handle in handles {
+            changed += handle.join().expect("k-means assignment thread panicked");
+        }
+        changed
+    })
+}
+
+/// Replaces every non-empty centroid by the mean of its rows; returns the cluster sizes.
+fn recompute_means(
+    view: &RowsView,
+    assignment: &[u32],
+    k: usize,
+    centroids: &mut [f32],
+) -> Vec<usize> {
+    let width = view.width();
+    let mut sums = vec![0f64; k * width];
+    let mut counts = vec![0usize; k];
+    for (i, &label) in assignment.iter().enumerate() {
+        let c = label as usize;
+        counts[c] += 1;
+        for (s, &x) in sums[c * width..(c + 1) * width].iter_mut().zip(view.row(i)) {
+            *s += x as f64;
+        }
+    }
+    for (c, &count) in counts.iter().enumerate() {
+        if count > 0 {
+            let mean = sums[c * width..(c + 1) * width]
+                .iter()
+                .map(|&s| (s / count as f64) as f32);
+            centroids[c * width..(c + 1) * width]
+                .iter_mut()
+                .zip(mean)
+                .for_each(|(dst, m)| *dst = m);
+        }
+    }
+    counts
+}
+
+/// Gives every empty cluster half of the currently largest one: the new centroid sits halfway
+/// between that cluster's mean and its farthest member. Returns how many were re-seeded.
+fn split_for_empty_clusters(
+    view: &RowsView,
+    assignment: &[u32],
+    distances: &mut [f32],
+    mut counts: Vec<usize>,
+    centroids: &mut [f32],
+) -> usize {
+    let width = view.width();
+    let mut reseeded = 0;
+    for empty in 0..counts.len() {
+        if counts[empty] != 0 {
+            continue;
+        }
+        let largest = (0..counts.len())
+            .max_by_key(|&c| (counts[c], std::cmp::Reverse(c)))
+            .unwrap_or(0);
+        if counts[largest] < 2 {
+            break;
+        }
+        let farthest = (0..assignment.len())
+            .filter(|&i| assignment[i] as usize == largest)
+            .max_by(|&a, &b| distances[a].total_cmp(&distances[b]).then(b.cmp(&a)))
+            .unwrap_or(0);
+        // A row cannot seed two clusters.
+        distances[farthest] = f32::NEG_INFINITY;
+        let row = view.row(farthest);
+        for j in 0..width {
+            let mean = centroids[largest * width + j];
+            centroids[empty * width + j] = mean + 0.5 * (row[j] - mean);
+        }
+        counts[empty] = counts[largest] / 2;
+        counts[largest] -= counts[empty];
+        reseeded += 1;
+    }
+    reseeded
+}
+
+/// Centroids are processed in panels of this many, one accumulator register set per panel.
+pub const PANEL: usize = 16;
+type Lanes = [f32; PANEL];
+
+/// `k` centroids of `width` values laid out for fast one-row-against-all-centroids kernels:
+/// panel `p` holds centroids `16p..16p+16` column by column (`width` groups of 16 values).
+/// The last panel is padded; padded centroids have an infinite norm so they never win
+/// [`CentroidTable::nearest`], and the table kernels never write them out.
+#[derive(Clone, Debug)]
+pub struct CentroidTable {
+    k: usize,
+    width: usize,
+    panels: Vec<Lanes>,
+    norms: Vec<Lanes>,
+    avx2: bool,
+}
+
+impl CentroidTable {
+    /// Builds the table from `k` row-major centroids of `width` values. Panics if
+    /// `centroids.len() != k * width` (the callers construct both).
+    pub fn new(centroids: &[f32], k: usize, width: usize) -> Self {
+        assert_eq!(
+            centroids.len(),
+            k * width,
+            "centroid table of the wrong size"
+        );
+        let panel_count = k.div_ceil(PANEL);
+        let mut panels = vec![[0f32; PANEL]; panel_count * width];
+        let mut norms = vec![[f32::INFINITY; PANEL]; panel_count];
+        for (c, centroid) in centroids.chunks_exact(width).enumerate() {
+            let (p, lane) = (c / PANEL, c % PANEL);
+            for (j, &v) in centroid.iter().enumerate() {
+                panels[p * width + j][lane] = v;
+            }
+            norms[p][lane] = centroid.iter().map(|v| v * v).sum();
+        }
+        CentroidTable {
+            k,
+            width,
+            panels,
+            norms,
+            avx2: avx2_available(),
+        }
+    }
+
+    pub fn k(&self) -> usize {
+        self.k
+    }
+
+    pub fn width(&self) -> usize {
+        self.width
+    }
+
+    /// The nearest centroid to `x` (smallest index among ties) and its squared distance.
+    /// Scores are `|c|² - 2x·c`, which ranks like `|x - c|²` at half the arithmetic; the
+    /// returned distance adds `|x|²` back (clamped at 0 against cancellation).
+    #[inline]
+    pub fn nearest(&self, x: &[f32]) -> (u32, f32) {
+        assert_eq!(
+            x.len(),
+            self.width,
+            "vector width does not match the centroid table"
+        );
+        #[cfg(target_arch = "x86_64")]
+        if self.avx2 {
+            // SAFETY: `avx2` is true only if the CPU reported AVX2 support at construction.
+            let (label, score) = unsafe { nearest_avx2(&self.panels, &self.norms, x) };
+            return (label, (score + squared_norm(x)).max(0.0));
+        }
+        let (label, score) = nearest_body(&self.panels, &self.norms, x);
+        (label, (score + squared_norm(x)).max(0.0))
+    }
+
+    /// `out[c] = |x - c|²` for every centroid; `out` must hold at least `k` values.
+    #[inline]
+    pub fn squared_distances(&self, x: &[f32], out: &mut [f32]) {
+        self.check_table_args(x, out);
+        #[cfg(target_arch = "x86_64")]
+        if self.avx2 {
+            // SAFETY: `avx2` is true only if the CPU reported AVX2 support at construction.
+            unsafe { table_avx2::<true>(&self.panels, x, &mut out[..self.k]) };
+            return;
+        }
+        table_body::<true>(&self.panels, x, &mut out[..self.k]);
+    }
+
+    /// `out[c] = -(x·c)` for every centroid; `out` must hold at least `k` values.
+    #[inline]
+    pub fn negative_dots(&self, x: &[f32], out: &mut [f32]) {
+        self.check_table_args(x, out);
+        #[cfg(target_arch = "x86_64")]
+        if self.avx2 {
+            // SAFETY: `avx2` is true only if the CPU reported AVX2 support at construction.
+            unsafe { table_avx2::<false>(&self.panels, x, &mut out[..self.k]) };
+            return;
+        }
+        table_body::<false>(&self.panels, x, &mut out[..self.k]);
+    }
+
+    fn check_table_args(&self, x: &[f32], out: &[f32]) {
+        assert_eq!(
+            x.len(),
+            self.width,
+            "vector width does not match the centroid table"
+        );
+        assert!(
+            out.len() >= self.k,
+            "output holds {} values, the table has {}",
+            out.len(),
+            self.k
+        );
+    }
+}
+
+fn squared_norm(x: &[f32]) -> f32 {
+    x.iter().map(|v| v * v).sum()
+}
+
+fn avx2_available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::is_x86_feature_detected!("avx2")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// Smallest `|c|² - 2x·c` over all centroids, as (centroid index, score).
+#[inline(always)]
+fn nearest_body(panels: &[Lanes], norms: &[Lanes], x: &[f32]) -> (u32, f32) {
+    let mut best = [f32::INFINITY; PANEL];
+    let mut best_panel = [0u32; PANEL];
+    for (p, (panel, norm)) in panels.chunks_exact(x.len()).zip(norms).enumerate() {
+        let mut acc = *norm;
+        for (&xj, column) in x.iter().zip(panel) {
+            let m = -2.0 * xj;
+            for lane in 0..PANEL {
+                acc[lane] += m * column[lane];
+            }
+        }
+        for lane in 0..PANEL {
+            if acc[lane] < best[lane] {
+                best[lane] = acc[lane];
+                best_panel[lane] = p as u32;
+            }
+        }
+    }
+    let mut winner = (0u32, f32::INFINITY);
+    for lane in 0..PANEL {
+        let index = best_panel[lane] * PANEL as u32 + lane as u32;
+        if best[lane] < winner.1 || (best[lane] == winner.1 && index < winner.0) {
+            winner = (index, best[lane]);
+        }
+    }
+    winner
+}
+
+/// `out[c] = Σ (x_j - c_j)²` when `L2`, else `out[c] = Σ (-x_j)·c_j`.
+#[inline(always)]
+fn table_body<const L2: bool>(panels: &[Lanes], x: &[f32], out: &mut [f32]) {
+    for (panel, out) in panels.chunks_exact(x.len()).zip(out.chunks_mut(PANEL)) {
+        let mut acc = [0f32; PANEL];
+        for (&xj, column) in x.iter().zip(panel) {
+            for lane in 0..PANEL {
+                if L2 {
+                    let d = xj - column[lane];
+                    acc[lane] += d * d;
+                } else {
+                    acc[lane] += -xj * column[lane];
+                }
+            }
+        }
+        out.copy_from_slice(&acc[..out.len()]);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn nearest_avx2(panels: &[Lanes], norms: &[Lanes], x: &[f32]) -> (u32, f32) {
+    nearest_body(panels, norms, x)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn table_avx2<const L2: bool>(panels: &[Lanes], x: &[f32], out: &mut [f32]) {
+    table_body::<L2>(panels, x, out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn three_blobs() -> Vec<f32> {
+        // Three tight 2-d blobs around (0,0), (10,0) and (0,10), 50 rows each.
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let centres = [(0.0f32, 0.0f32), (10.0, 0.0), (0.0, 10.0)];
+        let mut data = Vec::new();
+        for &(cx, cy) in &centres {
+            for _ in 0..50 {
+                data.push(cx + rng.gen_range(-0.5..0.5));
+                data.push(cy + rng.gen_range(-0.5..0.5));
+            }
+        }
+        data
+    }
+
+    fn brute_nearest(centroids: &[f32], width: usize, x: &[f32]) -> (u32, f32) {
+        let mut best = (0u32, f32::INFINITY);
+        for (c, centroid) in centroids.chunks_exact(width).enumerate() {
+            let d = squared_l2(x, centroid);
+            if d < best.1 {
+                best = (c as u32, d);
+            }
+        }
+        best
+    }
+
+    #[test]
+    fn finds_well_separated_clusters() {
+        let data = three_blobs();
+        let view = RowsView::full(&data, 2).unwrap();
+        let result = train(&view, &KMeansConfig::new(3, 7)).unwrap();
+        let mut found: Vec<(i32, i32)> = result
+            .centroids
+            .chunks_exact(2)
+            .map(|c| (c[0].round() as i32, c[1].round() as i32))
+            .collect();
+        found.sort();
+        assert_eq!(found, vec![(0, 0), (0, 10), (10, 0)]);
+        // 150 rows within ±0.5 per coordinate of their centre: inertia is at most 150 · 0.5.
+        assert!(result.inertia < 75.0, "inertia {}", result.inertia);
+    }
+
+    #[test]
+    fn view_reads_only_its_columns() {
+        let data: Vec<f32> = (0..12).map(|v| v as f32).collect(); // 3 rows of 4
+        let view = RowsView::new(&data, 4, 1, 2).unwrap();
+        assert_eq!(view.rows(), 3);
+        assert_eq!(view.row(2), &[9.0, 10.0]);
+        assert!(RowsView::new(&data, 4, 3, 2).is_err());
+        assert!(RowsView::new(&data, 5, 0, 2).is_err());
+        assert!(RowsView::new(&data, 0, 0, 1).is_err());
+    }
+
+    #[test]
+    fn subspace_training_matches_training_on_a_copy() {
+        let data = three_blobs();
+        // Interleave an unrelated column so the view has to skip it.
+        let padded: Vec<f32> = data
+            .chunks_exact(2)
+            .flat_map(|r| [99.0, r[0], r[1]])
+            .collect();
+        let config = KMeansConfig::new(3, 3);
+        let direct = train(&RowsView::full(&data, 2).unwrap(), &config).unwrap();
+        let viewed = train(&RowsView::new(&padded, 3, 1, 2).unwrap(), &config).unwrap();
+        assert_eq!(direct.centroids, viewed.centroids);
+    }
+
+    #[test]
+    fn same_result_for_any_thread_count() {
+        let mut rng = ChaCha8Rng::seed_from_u64(5);
+        let data: Vec<f32> = (0..3000 * 6).map(|_| rng.gen_range(-1.0..1.0)).collect();
+        let view = RowsView::full(&data, 6).unwrap();
+        let mut config = KMeansConfig::new(40, 11);
+        let one = train(&view, &config).unwrap();
+        config.threads = 3;
+        let three = train(&view, &config).unwrap();
+        assert_eq!(one.centroids, three.centroids);
+        assert_eq!(one.iterations, three.iterations);
+    }
+
+    #[test]
+    fn empty_clusters_are_reseeded_from_the_largest() {
+        // 20 rows on two points; k-means++ may pick duplicates, and any empty cluster must be
+        // refilled, so every centroid ends up on or between the two points and none is NaN.
+        let data: Vec<f32> = (0..20)
+            .flat_map(|i| if i < 15 { [0.0, 0.0] } else { [4.0, 4.0] })
+            .collect();
+        let view = RowsView::full(&data, 2).unwrap();
+        let result = train(&view, &KMeansConfig::new(4, 2)).unwrap();
+        assert!(result
+            .centroids
+            .iter()
+            .all(|v| v.is_finite() && (0.0..=4.0).contains(v)));
+        assert_eq!(result.inertia, 0.0);
+
+        // Directly: cluster 1 is empty and cluster 0 is the largest, farthest row is row 2.
+        let rows = [0.0f32, 0.0, 1.0, 0.0, 4.0, 0.0];
+        let view = RowsView::full(&rows, 2).unwrap();
+        let mut centroids = vec![5.0 / 3.0, 0.0, 100.0, 100.0];
+        let mut distances = vec![25.0 / 9.0, 4.0 / 9.0, 49.0 / 9.0];
+        let reseeded = split_for_empty_clusters(
+            &view,
+            &[0, 0, 0],
+            &mut distances,
+            vec![3, 0],
+            &mut centroids,
+        );
+        assert_eq!(reseeded, 1);
+        assert!((centroids[2] - (5.0 / 3.0 + 0.5 * (4.0 - 5.0 / 3.0))).abs() < 1e-6);
+        assert_eq!(centroids[3], 0.0);
+    }
+
+    #[test]
+    fn nearest_and_tables_match_brute_force() {
+        let mut rng = ChaCha8Rng::seed_from_u64(9);
+        for &(k, width) in &[(1usize, 1usize), (5, 3), (16, 8), (37, 7), (256, 8)] {
+            let centroids: Vec<f32> = (0..k * width).map(|_| rng.gen_range(-1.0..1.0)).collect();
+            let table = CentroidTable::new(&centroids, k, width);
+            let mut out = vec![0f32; k];
+            for _ in 0..20 {
+                let x: Vec<f32> = (0..width).map(|_| rng.gen_range(-1.0..1.0)).collect();
+                let (label, d) = table.nearest(&x);
+                let (want_label, want_d) = brute_nearest(&centroids, width, &x);
+                // The expanded score may break a near-tie differently; the distance may not differ.
+                let chosen = &centroids[label as usize * width..(label as usize + 1) * width];
+                assert!(
+                    (squared_l2(&x, chosen) - want_d).abs() < 1e-5,
+                    "k={k} w={width}"
+                );
+                assert!(
+                    (d - want_d).abs() < 1e-4,
+                    "k={k} w={width}: {d} vs {want_d}"
+                );
+                let _ = want_label;
+                table.squared_distances(&x, &mut out);
+                for (c, centroid) in centroids.chunks_exact(width).enumerate() {
+                    assert!((out[c] - squared_l2(&x, centroid)).abs() < 1e-5);
+                }
+                table.negative_dots(&x, &mut out);
+                for (c, centroid) in centroids.chunks_exact(width).enumerate() {
+                    let dot: f32 = x.iter().zip(centroid).map(|(a, b)| a * b).sum();
+                    assert!((out[c] + dot).abs() < 1e-5);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn portable_and_avx2_kernels_agree_exactly() {
+        let mut rng = ChaCha8Rng::seed_from_u64(4);
+        let (k, width) = (200, 12);
+        let centroids: Vec<f32> = (0..k * width).map(|_| rng.gen_range(-3.0..3.0)).collect();
+        let mut table = CentroidTable::new(&centroids, k, width);
+        let x: Vec<f32> = (0..width).map(|_| rng.gen_range(-3.0..3.0)).collect();
+        let fast = table.nearest(&x);
+        let mut fast_out = vec![0f32; k];
+        table.squared_distances(&x, &mut fast_out);
+        table.avx2 = false;
+        let mut slow_out = vec![0f32; k];
+        table.squared_distances(&x, &mut slow_out);
+        assert_eq!(fast, table.nearest(&x));
+        assert_eq!(fast_out, slow_out);
+    }
+
+    #[test]
+    fn rejects_bad_parameters() {
+        let data = [1.0f32, 2.0, 3.0, 4.0];
+        let view = RowsView::full(&data, 2).unwrap();
+        assert_eq!(
+            train(&view, &KMeansConfig::new(3, 0)).unwrap_err(),
+            KMeansError::TooFewRows { rows: 2, k: 3 }
+        );
+        assert!(matches!(
+            train(&view, &KMeansConfig::new(0, 0)),
+            Err(KMeansError::BadParameter(_))
+        ));
+        let mut config = KMeansConfig::new(1, 0);
+        config.max_iters = 0;
+        assert!(train(&view, &config).is_err());
+        let message = train(&view, &KMeansConfig::new(3, 0))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            message,
+            "k-means: 3 clusters requested but only 2 rows to train on"
+        );
+    }
+}
