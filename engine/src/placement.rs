@@ -1,1 +1,572 @@
-//! (not yet written)
+//! Page-locality placement of edge lists (Starling-style "block shuffling", digest §1.3.2).
+//!
+//! Traversal reads whole 4 KiB edge pages, so a page read is worth more when the other edge
+//! lists on it belong to vertices the traversal is about to expand: the neighbours of the
+//! vertex it came for. The quality measure is Starling's *overlap ratio*: the mean over
+//! vertices u of |N(u) ∩ Page(u)| / (slots_per_page − 1).
+//!
+//! Two heuristics, both deterministic:
+//! * **BNP** (block neighbour padding): open a page with a seed vertex and fill it with
+//!   unassigned vertices in breadth-first order from the seed, so the seed's neighbours come
+//!   first. The next page is seeded from the previous page's unexplored frontier (it borders
+//!   what was just placed), falling back to the lowest unassigned id for a new component.
+//! * **BNF** (block neighbour frequency): move each vertex to the page holding most of its
+//!   neighbours (out- and in-neighbours, since u on v's page helps v's overlap as much as
+//!   u's) if that page has room. BNP leaves every page but the last full, so a plain move
+//!   rarely applies; the vertex then swaps with the member of the target page whose exchange
+//!   gains most (a light form of Starling's swap refinement, BNS). Moves and swaps are made
+//!   only when they strictly increase the number of edges inside pages, so refinement never
+//!   lowers the overlap ratio and terminates.
+//!
+//! Every page but the last is full, so the edge file has the minimum number of pages.
+
+use crate::VertexId;
+use std::collections::VecDeque;
+use std::fmt;
+
+const UNASSIGNED: u32 = u32::MAX;
+
+/// Default number of BNF refinement passes.
+pub const DEFAULT_REFINE_PASSES: usize = 4;
+
+/// Vertex -> (edge page, slot in page).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Placement {
+    pub page_of: Vec<u32>,
+    pub slot_of: Vec<u16>,
+    pub pages: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlacementError(pub String);
+
+impl fmt::Display for PlacementError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for PlacementError {}
+
+impl Placement {
+    /// Checks that every one of `vertices` vertices has a distinct in-range (page, slot).
+    pub fn validate(&self, vertices: usize, slots_per_page: usize) -> Result<(), PlacementError> {
+        let err = |m: String| Err(PlacementError(m));
+        if self.page_of.len() != vertices || self.slot_of.len() != vertices {
+            return err(format!(
+                "placement covers {} / {} vertices, the graph has {vertices}",
+                self.page_of.len(),
+                self.slot_of.len()
+            ));
+        }
+        let mut taken = vec![false; self.pages as usize * slots_per_page];
+        for v in 0..vertices {
+            let (page, slot) = (self.page_of[v] as usize, self.slot_of[v] as usize);
+            if page >= self.pages as usize || slot >= slots_per_page {
+                return err(format!(
+                    "vertex {v} placed at page {page} slot {slot}, outside the file"
+                ));
+            }
+            let cell = &mut taken[page * slots_per_page + slot];
+            if *cell {
+                return err(format!(
+                    "vertex {v} shares page {page} slot {slot} with another vertex"
+                ));
+            }
+            *cell = true;
+        }
+        Ok(())
+    }
+
+    /// Vertex in each (page, slot) cell, indexed `page * slots_per_page + slot`; `u32::MAX`
+    /// marks an empty slot. Assumes a validated placement.
+    pub fn members(&self, slots_per_page: usize) -> Vec<VertexId> {
+        let mut cells = vec![UNASSIGNED; self.pages as usize * slots_per_page];
+        for (v, (&page, &slot)) in self.page_of.iter().zip(&self.slot_of).enumerate() {
+            cells[page as usize * slots_per_page + slot as usize] = v as VertexId;
+        }
+        cells
+    }
+}
+
+fn check_slots_per_page(slots_per_page: usize) -> Result<(), PlacementError> {
+    if slots_per_page == 0 || slots_per_page > u16::MAX as usize {
+        return Err(PlacementError(format!(
+            "slots_per_page {slots_per_page} is outside 1..={}",
+            u16::MAX
+        )));
+    }
+    Ok(())
+}
+
+/// Vertex i at page i / slots_per_page, slot i % slots_per_page: the baseline placement.
+pub fn identity_placement(
+    vertices: usize,
+    slots_per_page: usize,
+) -> Result<Placement, PlacementError> {
+    check_slots_per_page(slots_per_page)?;
+    Ok(Placement {
+        page_of: (0..vertices).map(|v| (v / slots_per_page) as u32).collect(),
+        slot_of: (0..vertices).map(|v| (v % slots_per_page) as u16).collect(),
+        pages: vertices.div_ceil(slots_per_page) as u32,
+    })
+}
+
+/// BNP greedy fill followed by [`DEFAULT_REFINE_PASSES`] BNF passes.
+pub fn greedy_placement(
+    adjacency: &[Vec<VertexId>],
+    slots_per_page: usize,
+) -> Result<Placement, PlacementError> {
+    greedy_placement_with(adjacency, slots_per_page, DEFAULT_REFINE_PASSES)
+}
+
+/// BNP greedy fill followed by at most `refine_passes` BNF passes.
+pub fn greedy_placement_with(
+    adjacency: &[Vec<VertexId>],
+    slots_per_page: usize,
+    refine_passes: usize,
+) -> Result<Placement, PlacementError> {
+    check_slots_per_page(slots_per_page)?;
+    check_neighbour_ids(adjacency)?;
+    let mut page_of = neighbour_padding(adjacency, slots_per_page);
+    let pages = adjacency.len().div_ceil(slots_per_page);
+    if refine_passes > 0 {
+        let incoming = reverse_adjacency(adjacency);
+        let mut members = vec![Vec::with_capacity(slots_per_page); pages];
+        for (v, &p) in page_of.iter().enumerate() {
+            members[p as usize].push(v as VertexId);
+        }
+        for _ in 0..refine_passes {
+            if neighbour_frequency_pass(
+                adjacency,
+                &incoming,
+                &mut page_of,
+                &mut members,
+                slots_per_page,
+            ) == 0
+            {
+                break;
+            }
+        }
+    }
+    Ok(assign_slots(page_of, pages))
+}
+
+fn check_neighbour_ids(adjacency: &[Vec<VertexId>]) -> Result<(), PlacementError> {
+    let n = adjacency.len();
+    for (u, list) in adjacency.iter().enumerate() {
+        if let Some(&bad) = list.iter().find(|&&v| v as usize >= n) {
+            return Err(PlacementError(format!(
+                "vertex {u} has neighbour {bad}, but the graph has {n} vertices"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// BNP: each page is filled breadth-first from its own seed, so it holds a compact ball
+/// around the seed. The seed is taken from the previous page's unexplored frontier (so
+/// consecutive pages border each other), else the lowest unassigned id (a new component).
+/// Each page restarts its breadth-first queue: one global BFS would cut pages out of a
+/// single BFS layer, whose vertices are mutually non-adjacent (on a grid, a diagonal line).
+fn neighbour_padding(adjacency: &[Vec<VertexId>], slots_per_page: usize) -> Vec<u32> {
+    let n = adjacency.len();
+    let mut page_of = vec![UNASSIGNED; n];
+    let mut seeds: VecDeque<VertexId> = VecDeque::new();
+    let mut queue: VecDeque<VertexId> = VecDeque::new();
+    let mut next_unassigned = 0usize;
+    let mut page = 0u32;
+    let mut filled = 0usize;
+    for _ in 0..n {
+        let v = match pop_unassigned(&mut queue, &page_of)
+            .or_else(|| pop_unassigned(&mut seeds, &page_of))
+        {
+            Some(v) => v,
+            None => {
+                while page_of[next_unassigned] != UNASSIGNED {
+                    next_unassigned += 1;
+                }
+                next_unassigned as VertexId
+            }
+        };
+        page_of[v as usize] = page;
+        queue.extend(
+            adjacency[v as usize]
+                .iter()
+                .filter(|&&w| page_of[w as usize] == UNASSIGNED),
+        );
+        filled += 1;
+        if filled == slots_per_page {
+            page += 1;
+            filled = 0;
+            std::mem::swap(&mut seeds, &mut queue);
+            queue.clear();
+        }
+    }
+    page_of
+}
+
+fn pop_unassigned(frontier: &mut VecDeque<VertexId>, page_of: &[u32]) -> Option<VertexId> {
+    while let Some(v) = frontier.pop_front() {
+        if page_of[v as usize] == UNASSIGNED {
+            return Some(v);
+        }
+    }
+    None
+}
+
+fn reverse_adjacency(adjacency: &[Vec<VertexId>]) -> Vec<Vec<VertexId>> {
+    let mut incoming = vec![Vec::new(); adjacency.len()];
+    for (u, list) in adjacency.iter().enumerate() {
+        for &v in list {
+            incoming[v as usize].push(u as VertexId);
+        }
+    }
+    incoming
+}
+
+/// Count of `u`'s out- and in-neighbours (self excluded) on each page, as (page, count)
+/// sorted by descending count then page, into `tallies`.
+fn tally_neighbour_pages(
+    u: usize,
+    adjacency: &[Vec<VertexId>],
+    incoming: &[Vec<VertexId>],
+    page_of: &[u32],
+    scratch: &mut Vec<u32>,
+    tallies: &mut Vec<(u32, u32)>,
+) {
+    scratch.clear();
+    let neighbours = adjacency[u].iter().chain(&incoming[u]);
+    scratch.extend(
+        neighbours
+            .filter(|&&v| v as usize != u)
+            .map(|&v| page_of[v as usize]),
+    );
+    scratch.sort_unstable();
+    tallies.clear();
+    for &p in scratch.iter() {
+        match tallies.last_mut() {
+            Some((q, c)) if *q == p => *c += 1,
+            _ => tallies.push((p, 1)),
+        }
+    }
+    tallies.sort_unstable_by_key(|&(p, c)| (std::cmp::Reverse(c), p));
+}
+
+/// Out- plus in-neighbours of `u` on page `page`.
+fn links_to_page(
+    u: usize,
+    page: u32,
+    adjacency: &[Vec<VertexId>],
+    incoming: &[Vec<VertexId>],
+    page_of: &[u32],
+) -> i64 {
+    adjacency[u]
+        .iter()
+        .chain(&incoming[u])
+        .filter(|&&v| v as usize != u && page_of[v as usize] == page)
+        .count() as i64
+}
+
+/// Edges between `u` and `w` in either direction.
+fn links_between(
+    u: usize,
+    w: VertexId,
+    adjacency: &[Vec<VertexId>],
+    incoming: &[Vec<VertexId>],
+) -> i64 {
+    adjacency[u]
+        .iter()
+        .chain(&incoming[u])
+        .filter(|&&v| v == w)
+        .count() as i64
+}
+
+/// BNF: one pass moving each vertex to the page holding most of its neighbours. When that
+/// page is full, the vertex swaps with the member of that page whose exchange gains most.
+/// Every move or swap strictly increases the number of edges inside pages (the overlap
+/// ratio's numerator, counting u's in-edges too because they are other vertices'
+/// out-edges), so passes converge. Returns the number of changes made.
+fn neighbour_frequency_pass(
+    adjacency: &[Vec<VertexId>],
+    incoming: &[Vec<VertexId>],
+    page_of: &mut [u32],
+    members: &mut [Vec<VertexId>],
+    slots_per_page: usize,
+) -> usize {
+    let mut changes = 0;
+    let (mut scratch, mut tallies) = (Vec::new(), Vec::new());
+    for u in 0..adjacency.len() {
+        let home = page_of[u];
+        tally_neighbour_pages(u, adjacency, incoming, page_of, &mut scratch, &mut tallies);
+        let at_home = tallies
+            .iter()
+            .find(|&&(p, _)| p == home)
+            .map_or(0, |&(_, c)| c) as i64;
+        let Some(&(target, at_target)) = tallies.iter().find(|&&(p, _)| p != home) else {
+            continue;
+        };
+        let gain_u = at_target as i64 - at_home;
+        if gain_u <= 0 {
+            continue;
+        }
+        if members[target as usize].len() < slots_per_page {
+            move_vertex(u as VertexId, home, target, page_of, members);
+            changes += 1;
+            continue;
+        }
+        let best_swap = members[target as usize]
+            .iter()
+            .map(|&w| {
+                let gain_w = links_to_page(w as usize, home, adjacency, incoming, page_of)
+                    - links_to_page(w as usize, target, adjacency, incoming, page_of);
+                (
+                    gain_u + gain_w - 2 * links_between(u, w, adjacency, incoming),
+                    w,
+                )
+            })
+            .max_by_key(|&(gain, w)| (gain, std::cmp::Reverse(w)));
+        if let Some((gain, w)) = best_swap {
+            if gain > 0 {
+                move_vertex(u as VertexId, home, target, page_of, members);
+                move_vertex(w, target, home, page_of, members);
+                changes += 1;
+            }
+        }
+    }
+    changes
+}
+
+fn move_vertex(
+    v: VertexId,
+    from: u32,
+    to: u32,
+    page_of: &mut [u32],
+    members: &mut [Vec<VertexId>],
+) {
+    let list = &mut members[from as usize];
+    let at = list
+        .iter()
+        .position(|&x| x == v)
+        .expect("vertex is a member of its page");
+    list.swap_remove(at);
+    members[to as usize].push(v);
+    page_of[v as usize] = to;
+}
+
+fn assign_slots(page_of: Vec<u32>, pages: usize) -> Placement {
+    let mut next_slot = vec![0u16; pages];
+    let slot_of = page_of
+        .iter()
+        .map(|&p| {
+            let s = next_slot[p as usize];
+            next_slot[p as usize] += 1;
+            s
+        })
+        .collect();
+    Placement {
+        page_of,
+        slot_of,
+        pages: pages as u32,
+    }
+}
+
+fn overlap_of_pages(adjacency: &[Vec<VertexId>], page_of: &[u32], slots_per_page: usize) -> f64 {
+    if adjacency.is_empty() || slots_per_page < 2 {
+        return 0.0;
+    }
+    let total: f64 = adjacency
+        .iter()
+        .enumerate()
+        .map(|(u, list)| {
+            let same = list
+                .iter()
+                .filter(|&&v| v as usize != u && page_of[v as usize] == page_of[u])
+                .count();
+            same as f64 / (slots_per_page - 1) as f64
+        })
+        .sum();
+    total / adjacency.len() as f64
+}
+
+/// Starling's overlap ratio: mean over vertices u of |N(u) ∩ Page(u)| / (slots_per_page − 1).
+/// 0 for an empty graph or one slot per page.
+pub fn overlap_ratio(
+    adjacency: &[Vec<VertexId>],
+    placement: &Placement,
+    slots_per_page: usize,
+) -> f64 {
+    overlap_of_pages(adjacency, &placement.page_of, slots_per_page)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::seq::SliceRandom;
+    use rand::SeedableRng;
+    use rand_chacha::ChaCha8Rng;
+
+    /// Ring where each vertex links to `k` vertices on each side, with ids shuffled so that id
+    /// order carries no locality.
+    fn shuffled_ring(n: usize, k: usize, seed: u64) -> Vec<Vec<VertexId>> {
+        let mut label: Vec<u32> = (0..n as u32).collect();
+        label.shuffle(&mut ChaCha8Rng::seed_from_u64(seed));
+        let mut adjacency = vec![Vec::new(); n];
+        for i in 0..n {
+            for d in 1..=k {
+                adjacency[label[i] as usize].push(label[(i + d) % n]);
+                adjacency[label[i] as usize].push(label[(i + n - d) % n]);
+            }
+        }
+        adjacency
+    }
+
+    /// side x side grid with 4-neighbourhoods, ids shuffled.
+    fn shuffled_grid(side: usize, seed: u64) -> Vec<Vec<VertexId>> {
+        let n = side * side;
+        let mut label: Vec<u32> = (0..n as u32).collect();
+        label.shuffle(&mut ChaCha8Rng::seed_from_u64(seed));
+        let mut adjacency = vec![Vec::new(); n];
+        for r in 0..side {
+            for c in 0..side {
+                let me = label[r * side + c] as usize;
+                if r > 0 {
+                    adjacency[me].push(label[(r - 1) * side + c]);
+                }
+                if r + 1 < side {
+                    adjacency[me].push(label[(r + 1) * side + c]);
+                }
+                if c > 0 {
+                    adjacency[me].push(label[r * side + c - 1]);
+                }
+                if c + 1 < side {
+                    adjacency[me].push(label[r * side + c + 1]);
+                }
+            }
+        }
+        adjacency
+    }
+
+    /// Directed k-nearest-neighbour graph of uniform random points: locality like a Vamana
+    /// graph's, without its long edges.
+    fn knn_graph(n: usize, dim: usize, k: usize, seed: u64) -> Vec<Vec<VertexId>> {
+        use rand::Rng;
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let points: Vec<f32> = (0..n * dim).map(|_| rng.gen()).collect();
+        let dist = |a: usize, b: usize| -> f32 {
+            (0..dim)
+                .map(|i| (points[a * dim + i] - points[b * dim + i]).powi(2))
+                .sum()
+        };
+        (0..n)
+            .map(|u| {
+                let mut others: Vec<(f32, usize)> = (0..n)
+                    .filter(|&v| v != u)
+                    .map(|v| (dist(u, v), v))
+                    .collect();
+                others.select_nth_unstable_by(k, |a, b| a.0.total_cmp(&b.0));
+                others[..k].iter().map(|&(_, v)| v as VertexId).collect()
+            })
+            .collect()
+    }
+
+    fn random_graph(n: usize, degree: usize, seed: u64) -> Vec<Vec<VertexId>> {
+        use rand::Rng;
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        (0..n)
+            .map(|_| (0..degree).map(|_| rng.gen_range(0..n as u32)).collect())
+            .collect()
+    }
+
+    fn assert_complete(p: &Placement, n: usize, spp: usize) {
+        p.validate(n, spp).unwrap();
+        assert_eq!(p.pages as usize, n.div_ceil(spp), "minimum page count");
+        let mut per_page = vec![0usize; p.pages as usize];
+        for &page in &p.page_of {
+            per_page[page as usize] += 1;
+        }
+        assert!(per_page.iter().all(|&c| c <= spp));
+    }
+
+    #[test]
+    fn every_vertex_placed_once_within_capacity() {
+        for (n, spp) in [
+            (0, 10),
+            (1, 10),
+            (9, 10),
+            (10, 10),
+            (1001, 10),
+            (500, 7),
+            (64, 1),
+        ] {
+            let g = random_graph(n, 6, n as u64);
+            assert_complete(&greedy_placement(&g, spp).unwrap(), n, spp);
+            assert_complete(&identity_placement(n, spp).unwrap(), n, spp);
+        }
+    }
+
+    #[test]
+    fn greedy_beats_identity_on_graphs_with_locality() {
+        let ring = shuffled_ring(5000, 5, 1);
+        let grid = shuffled_grid(70, 2);
+        let knn = knn_graph(1500, 4, 12, 5);
+        for (name, g, floor) in [
+            ("ring", &ring, 0.7),
+            ("grid", &grid, 0.2),
+            ("knn", &knn, 0.1),
+        ] {
+            let spp = 10;
+            let identity = overlap_ratio(g, &identity_placement(g.len(), spp).unwrap(), spp);
+            let bnp = overlap_ratio(g, &greedy_placement_with(g, spp, 0).unwrap(), spp);
+            let refined = overlap_ratio(g, &greedy_placement(g, spp).unwrap(), spp);
+            eprintln!("{name}: identity {identity:.4} bnp {bnp:.4} bnp+bnf {refined:.4}");
+            assert!(
+                identity < 0.01,
+                "{name}: shuffled ids carry no locality ({identity})"
+            );
+            assert!(bnp > floor, "{name}: BNP overlap {bnp}");
+            assert!(refined >= bnp, "{name}: refinement must not regress");
+            if name != "ring" {
+                assert!(
+                    refined > bnp,
+                    "{name}: refinement should find improving moves"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn placement_is_deterministic() {
+        let g = shuffled_ring(2000, 4, 3);
+        assert_eq!(
+            greedy_placement(&g, 10).unwrap(),
+            greedy_placement(&g, 10).unwrap()
+        );
+    }
+
+    #[test]
+    fn overlap_ratio_exact_values() {
+        // Two pages of 3: vertices 0,1,2 then 3,4,5. 0 -> {1,2,3}: 2 on its page.
+        let g = vec![vec![1, 2, 3], vec![0], vec![5], vec![4, 4], vec![], vec![5]];
+        let p = identity_placement(6, 3).unwrap();
+        // per vertex: 2/2, 1/2, 0, 2/2 (duplicates count), 0, 0 (self loop ignored)
+        let expected = (1.0 + 0.5 + 0.0 + 1.0 + 0.0 + 0.0) / 6.0;
+        assert!((overlap_ratio(&g, &p, 3) - expected).abs() < 1e-12);
+        assert_eq!(overlap_ratio(&g, &p, 1), 0.0);
+    }
+
+    #[test]
+    fn bad_input_is_rejected() {
+        assert!(greedy_placement(&[vec![5]], 10).is_err());
+        assert!(greedy_placement(&[vec![]], 0).is_err());
+        assert!(identity_placement(3, 70_000).is_err());
+        let mut p = identity_placement(4, 2).unwrap();
+        p.slot_of[1] = 0;
+        assert!(p
+            .validate(4, 2)
+            .unwrap_err()
+            .0
+            .contains("shares page 0 slot 0"));
+        assert!(p.validate(5, 2).is_err());
+    }
+}
