@@ -1,1 +1,857 @@
-//! (not yet written)
+//! Build pipeline and the searchable, opened index.
+//!
+//! [`build_index`] runs the phases of a NAVIS build in order and reports each through a
+//! callback (for `pg_stat_progress_create_index`):
+//!
+//! 1. **Sampling**: validate every row, normalise for cosine, choose the entrance sample.
+//! 2. **PQ training** on a seeded sample, then encoding of every row.
+//! 3. **Graph build**: two-pass Vamana (RobustPrune with alpha).
+//! 4. **Placement**: Starling-style greedy page placement; its overlap ratio is reported
+//!    against identity placement.
+//! 5. **Entrance graph** over about `entrance_ratio` of the vertices.
+//! 6. **Writing** every side file through [`IndexWriter`].
+//!
+//! The memory estimate is computed and checked against the caller's budget *before* any
+//! allocation that scales with the input beyond the input itself.
+//!
+//! [`Index::open`] maps an existing directory; [`Index::reader`] gives a per-thread
+//! [`DiskReader`] (it owns that thread's I/O queue) that implements
+//! [`crate::search::IndexSource`], and [`Index::search`] runs one query with CASR
+//! calibrated automatically on the first queries.
+
+use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use rand::seq::index::sample;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+use crate::casr::WindowCalibrator;
+use crate::counters::SearchCounters;
+use crate::distance::{normalize, Metric};
+use crate::graph::{self, BuildControl, BuildError, VamanaParams};
+use crate::placement::{greedy_placement, identity_placement, overlap_ratio, Placement};
+use crate::pq::ProductQuantizer;
+use crate::search::{CasrMode, IndexSource, SearchCursor, SearchHit, SearchParams};
+use crate::storage::{
+    BuildInput, BuildParams, EdgePageLayout, HeapTid, IndexFiles, IndexWriter, IndirEntry,
+    StorageError, PAGE_SIZE,
+};
+use crate::VertexId;
+
+/// Why a build or an open failed. Messages are meant for a PostgreSQL ERROR.
+#[derive(Debug)]
+pub enum IndexError {
+    /// Bad parameters or input rows.
+    Invalid(String),
+    /// The memory estimate exceeds the budget.
+    Memory(String),
+    /// The caller's cancel check returned true.
+    Cancelled,
+    Storage(StorageError),
+    Io(io::Error),
+}
+
+impl fmt::Display for IndexError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            IndexError::Invalid(m) | IndexError::Memory(m) => f.write_str(m),
+            IndexError::Cancelled => f.write_str("index build cancelled"),
+            IndexError::Storage(e) => write!(f, "{e}"),
+            IndexError::Io(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for IndexError {}
+
+impl From<StorageError> for IndexError {
+    fn from(e: StorageError) -> Self {
+        IndexError::Storage(e)
+    }
+}
+
+impl From<io::Error> for IndexError {
+    fn from(e: io::Error) -> Self {
+        IndexError::Io(e)
+    }
+}
+
+impl From<BuildError> for IndexError {
+    fn from(e: BuildError) -> Self {
+        match e {
+            BuildError::Cancelled => IndexError::Cancelled,
+            other => IndexError::Invalid(other.to_string()),
+        }
+    }
+}
+
+/// Build-time parameters (index options).
+#[derive(Clone, Debug, PartialEq)]
+pub struct IndexParams {
+    pub metric: Metric,
+    /// R.
+    pub max_degree: usize,
+    /// Vamana build list L.
+    pub build_list: usize,
+    pub alpha: f32,
+    /// PQ code bytes per vector; `None` picks `dim / 4`, at most 128.
+    pub pq_bytes: Option<usize>,
+    /// Entrance graph size as a fraction of the vertices (r_ent).
+    pub entrance_ratio: f32,
+    /// Entrance graph degree (R_ent).
+    pub entrance_degree: usize,
+    /// Worker threads for PQ training, encoding and the graph build.
+    pub threads: usize,
+    /// Refuse to start a build whose estimate exceeds this many bytes.
+    pub memory_budget: Option<u64>,
+    pub seed: u64,
+}
+
+impl Default for IndexParams {
+    fn default() -> IndexParams {
+        IndexParams {
+            metric: Metric::L2,
+            max_degree: 96,
+            build_list: 128,
+            alpha: 1.2,
+            pq_bytes: None,
+            entrance_ratio: 0.01,
+            entrance_degree: 32,
+            threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            memory_budget: None,
+            seed: 0x6e61_7669,
+        }
+    }
+}
+
+impl IndexParams {
+    /// The PQ code size used for `dim` dimensions.
+    pub fn pq_bytes_for(&self, dim: usize) -> usize {
+        self.pq_bytes.unwrap_or((dim / 4).clamp(1, 128))
+    }
+
+    fn validate(&self, dim: usize) -> Result<(), IndexError> {
+        let bad = |m: String| Err(IndexError::Invalid(m));
+        let pq = self.pq_bytes_for(dim);
+        if pq == 0 || pq > dim {
+            return bad(format!(
+                "pq_bytes must be between 1 and the dimension {dim}, got {pq}"
+            ));
+        }
+        if !(self.entrance_ratio > 0.0 && self.entrance_ratio <= 1.0) {
+            return bad(format!(
+                "entrance_ratio must be in (0, 1], got {}",
+                self.entrance_ratio
+            ));
+        }
+        if self.entrance_degree == 0 {
+            return bad("entrance_degree must be at least 1".into());
+        }
+        if self.threads == 0 {
+            return bad("threads must be at least 1".into());
+        }
+        EdgePageLayout::new(self.max_degree)?;
+        Ok(())
+    }
+}
+
+/// Named build phases, in order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BuildPhase {
+    Sampling,
+    PqTraining,
+    GraphBuild,
+    Placement,
+    Entrance,
+    Writing,
+}
+
+impl BuildPhase {
+    pub fn name(self) -> &'static str {
+        match self {
+            BuildPhase::Sampling => "sampling",
+            BuildPhase::PqTraining => "PQ training",
+            BuildPhase::GraphBuild => "graph build",
+            BuildPhase::Placement => "placement",
+            BuildPhase::Entrance => "entrance graph",
+            BuildPhase::Writing => "writing",
+        }
+    }
+}
+
+/// Progress callback: (phase, work done, work total) in phase-specific units.
+pub type Progress<'a> = &'a (dyn Fn(BuildPhase, u64, u64) + Sync);
+/// Cancel check, polled between chunks of work.
+pub type Cancel<'a> = &'a (dyn Fn() -> bool + Sync);
+
+/// What a build did.
+#[derive(Clone, Debug, Default)]
+pub struct BuildReport {
+    pub vertices: usize,
+    pub dim: usize,
+    pub pq_bytes: usize,
+    pub phases: Vec<(BuildPhase, Duration)>,
+    /// Estimated peak bytes, stated before the build started.
+    pub memory_estimate: u64,
+    /// The process's peak resident set after the build (VmHWM), if readable.
+    pub peak_rss: Option<u64>,
+    pub overlap_greedy: f64,
+    pub overlap_identity: f64,
+    pub edge_pages: u32,
+    pub entrance_size: usize,
+    /// Bytes of each side file written.
+    pub file_sizes: Vec<(String, u64)>,
+}
+
+impl BuildReport {
+    pub fn total_time(&self) -> Duration {
+        self.phases.iter().map(|p| p.1).sum()
+    }
+}
+
+/// Builds a complete index over `vectors` (`tids.len()` rows, row-major) into `dir`.
+pub fn build_index(
+    dir: &Path,
+    vectors: &[f32],
+    tids: &[HeapTid],
+    params: &IndexParams,
+    progress: Progress,
+    cancel: Cancel,
+) -> Result<BuildReport, IndexError> {
+    let n = tids.len();
+    let dim = infer_dim(vectors.len(), n)?;
+    params.validate(dim)?;
+    let pq_bytes = params.pq_bytes_for(dim);
+    let mut report = BuildReport {
+        vertices: n,
+        dim,
+        pq_bytes,
+        ..BuildReport::default()
+    };
+    report.memory_estimate = graph::memory::estimate_build_memory_detailed(
+        n,
+        dim,
+        params.max_degree,
+        pq_bytes,
+        params.build_list,
+        params.threads,
+    )
+    .total();
+    if let Some(budget) = params.memory_budget {
+        graph::check_budget(report.memory_estimate, budget).map_err(IndexError::Memory)?;
+    }
+    let check = || {
+        if cancel() {
+            Err(IndexError::Cancelled)
+        } else {
+            Ok(())
+        }
+    };
+    let mut clock = PhaseClock::new(progress);
+
+    clock.start(BuildPhase::Sampling, n as u64);
+    let data = prepared_rows(vectors, dim, params.metric)?;
+    let data: &[f32] = data.as_deref().unwrap_or(vectors);
+    let entrance_ids = entrance_sample(n, params.entrance_ratio, params.seed);
+    clock.finish(&mut report);
+    check()?;
+
+    clock.start(BuildPhase::PqTraining, n as u64);
+    let pq = train_pq(data, dim, n, pq_bytes, params)?;
+    let codes = pq.encode_batch(data, params.threads);
+    clock.finish(&mut report);
+    check()?;
+
+    clock.start(BuildPhase::GraphBuild, 2 * n as u64);
+    let vamana = VamanaParams {
+        max_degree: params.max_degree,
+        build_list: params.build_list,
+        alpha: params.alpha,
+        seed: params.seed,
+        threads: params.threads,
+    };
+    let report_graph = |done: u64, total: u64| progress(BuildPhase::GraphBuild, done, total);
+    let control = BuildControl {
+        progress: Some(&report_graph),
+        should_stop: Some(&cancel),
+    };
+    let graph = graph::build_vamana(data, dim, params.metric, &vamana, &control)?;
+    clock.finish(&mut report);
+    check()?;
+
+    clock.start(BuildPhase::Placement, n as u64);
+    let layout = EdgePageLayout::new(params.max_degree)?;
+    let placement = place(&graph.adjacency, layout.slots_per_page(), &mut report)?;
+    clock.finish(&mut report);
+    check()?;
+
+    clock.start(BuildPhase::Entrance, entrance_ids.len() as u64);
+    let entrance = SampleEntrance::new(entrance_ids, data, dim, params.metric, graph.medoid);
+    report.entrance_size = entrance.ids.len();
+    clock.finish(&mut report);
+    check()?;
+
+    clock.start(BuildPhase::Writing, n as u64);
+    let codebook = pq.to_bytes();
+    let entrance_bytes = entrance.to_bytes();
+    let input = BuildInput {
+        metric: params.metric,
+        dim,
+        max_degree: params.max_degree,
+        vectors: data,
+        heap_tids: tids,
+        adjacency: &graph.adjacency,
+        placement: &placement,
+        pq_bytes,
+        pq_codebook: &codebook,
+        pq_codes: &codes,
+        entrance: &entrance_bytes,
+        params: BuildParams {
+            build_list: params.build_list as u32,
+            alpha: params.alpha,
+            entrance_ratio: params.entrance_ratio,
+            entrance_degree: params.entrance_degree as u32,
+        },
+    };
+    let manifest = IndexWriter::create(dir, &input)?;
+    report.edge_pages = manifest.edge_pages;
+    clock.finish(&mut report);
+    report.file_sizes = file_sizes(dir);
+    report.peak_rss = peak_rss_bytes();
+    Ok(report)
+}
+
+fn infer_dim(values: usize, n: usize) -> Result<usize, IndexError> {
+    if n == 0 {
+        return Err(IndexError::Invalid(
+            "cannot build a navis index over zero vectors".into(),
+        ));
+    }
+    if values == 0 || values % n != 0 {
+        return Err(IndexError::Invalid(format!(
+            "{values} vector values do not form {n} rows of equal dimension"
+        )));
+    }
+    Ok(values / n)
+}
+
+/// Validates every row; returns a normalised copy for cosine (None: use the input as is).
+fn prepared_rows(
+    vectors: &[f32],
+    dim: usize,
+    metric: Metric,
+) -> Result<Option<Vec<f32>>, IndexError> {
+    for (i, row) in vectors.chunks_exact(dim).enumerate() {
+        crate::vector::validate(row).map_err(|e| IndexError::Invalid(format!("row {i}: {e}")))?;
+    }
+    if !metric.needs_normalization() {
+        return Ok(None);
+    }
+    let mut copy = vectors.to_vec();
+    for (i, row) in copy.chunks_exact_mut(dim).enumerate() {
+        if !normalize(row) {
+            return Err(IndexError::Invalid(format!(
+                "row {i} is a zero vector, which has no cosine distance"
+            )));
+        }
+    }
+    Ok(Some(copy))
+}
+
+fn entrance_sample(n: usize, ratio: f32, seed: u64) -> Vec<VertexId> {
+    let size = ((n as f64 * ratio as f64).ceil() as usize).clamp(1, n);
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x656e_7472);
+    let mut ids: Vec<VertexId> = sample(&mut rng, n, size)
+        .into_iter()
+        .map(|i| i as VertexId)
+        .collect();
+    ids.sort_unstable();
+    ids
+}
+
+fn train_pq(
+    data: &[f32],
+    dim: usize,
+    n: usize,
+    pq_bytes: usize,
+    params: &IndexParams,
+) -> Result<ProductQuantizer, IndexError> {
+    ProductQuantizer::train(
+        data,
+        dim,
+        n,
+        pq_bytes,
+        params.metric,
+        params.seed,
+        params.threads,
+    )
+    .map_err(|e| IndexError::Invalid(format!("PQ training failed: {e}")))
+}
+
+fn place(
+    adjacency: &[Vec<VertexId>],
+    slots_per_page: usize,
+    report: &mut BuildReport,
+) -> Result<Placement, IndexError> {
+    let err = |e: crate::placement::PlacementError| IndexError::Invalid(e.to_string());
+    let identity = identity_placement(adjacency.len(), slots_per_page).map_err(err)?;
+    let greedy = greedy_placement(adjacency, slots_per_page).map_err(err)?;
+    report.overlap_identity = overlap_ratio(adjacency, &identity, slots_per_page);
+    report.overlap_greedy = overlap_ratio(adjacency, &greedy, slots_per_page);
+    Ok(greedy)
+}
+
+fn file_sizes(dir: &Path) -> Vec<(String, u64)> {
+    crate::storage::names::ALL
+        .iter()
+        .filter_map(|name| {
+            let len = std::fs::metadata(dir.join(name)).ok()?.len();
+            Some((name.to_string(), len))
+        })
+        .collect()
+}
+
+/// Peak resident set size of this process (VmHWM), in bytes.
+pub fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// Times phases and reports their start and end through the progress callback.
+struct PhaseClock<'a> {
+    progress: Progress<'a>,
+    current: Option<(BuildPhase, Instant, u64)>,
+}
+
+impl<'a> PhaseClock<'a> {
+    fn new(progress: Progress<'a>) -> Self {
+        PhaseClock {
+            progress,
+            current: None,
+        }
+    }
+
+    fn start(&mut self, phase: BuildPhase, total: u64) {
+        (self.progress)(phase, 0, total);
+        self.current = Some((phase, Instant::now(), total));
+    }
+
+    fn finish(&mut self, report: &mut BuildReport) {
+        if let Some((phase, started, total)) = self.current.take() {
+            (self.progress)(phase, total, total);
+            report.phases.push((phase, started.elapsed()));
+        }
+    }
+}
+
+/// Entry-point source: a seeded sample of about `entrance_ratio` of the vertices with their
+/// full vectors, searched exhaustively. It stands in for the entrance *graph* until that
+/// module is wired in; its cost is `|sample| * dim` per query, 1% of a brute-force scan.
+#[derive(Clone, Debug, PartialEq)]
+struct SampleEntrance {
+    metric: Metric,
+    dim: usize,
+    medoid: VertexId,
+    ids: Vec<VertexId>,
+    vectors: Vec<f32>,
+}
+
+const ENTRANCE_MAGIC: u32 = u32::from_le_bytes(*b"NVSE");
+
+impl SampleEntrance {
+    fn new(ids: Vec<VertexId>, data: &[f32], dim: usize, metric: Metric, medoid: VertexId) -> Self {
+        let mut vectors = Vec::with_capacity(ids.len() * dim);
+        for &v in &ids {
+            vectors.extend_from_slice(&data[v as usize * dim..(v as usize + 1) * dim]);
+        }
+        SampleEntrance {
+            metric,
+            dim,
+            medoid,
+            ids,
+            vectors,
+        }
+    }
+
+    fn search(&self, query: &[f32], list: usize, counters: &mut SearchCounters) -> Vec<VertexId> {
+        let mut scored: Vec<(VertexId, f32)> = self
+            .ids
+            .iter()
+            .zip(self.vectors.chunks_exact(self.dim))
+            .map(|(&id, v)| (id, self.metric.search_distance(query, v)))
+            .collect();
+        counters.entrance_distances += scored.len() as u64;
+        let keep = list.min(scored.len());
+        if keep == 0 {
+            return Vec::new();
+        }
+        scored.select_nth_unstable_by(keep - 1, |a, b| a.1.total_cmp(&b.1));
+        scored.truncate(keep);
+        crate::casr::sort_by_distance(&mut scored);
+        scored.into_iter().map(|p| p.0).collect()
+    }
+
+    fn to_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(20 + self.ids.len() * (4 + 4 * self.dim));
+        for word in [
+            ENTRANCE_MAGIC,
+            self.metric.code(),
+            self.dim as u32,
+            self.medoid,
+            self.ids.len() as u32,
+        ] {
+            out.extend_from_slice(&word.to_le_bytes());
+        }
+        for id in &self.ids {
+            out.extend_from_slice(&id.to_le_bytes());
+        }
+        for x in &self.vectors {
+            out.extend_from_slice(&x.to_le_bytes());
+        }
+        out
+    }
+
+    fn from_bytes(bytes: &[u8]) -> Result<Self, String> {
+        let word = |i: usize| -> Result<u32, String> {
+            bytes
+                .get(i * 4..i * 4 + 4)
+                .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")))
+                .ok_or_else(|| "entrance sample is truncated".to_string())
+        };
+        if word(0)? != ENTRANCE_MAGIC {
+            return Err("entrance sample has a bad magic number".into());
+        }
+        let metric = Metric::from_code(word(1)?).ok_or("entrance sample has an unknown metric")?;
+        let (dim, medoid, count) = (word(2)? as usize, word(3)?, word(4)? as usize);
+        let expected = 20 + count * 4 + count * dim * 4;
+        if bytes.len() != expected {
+            return Err(format!(
+                "entrance sample is {} bytes, {count} entries of dimension {dim} need {expected}",
+                bytes.len()
+            ));
+        }
+        let ids = (0..count).map(|i| word(5 + i)).collect::<Result<_, _>>()?;
+        let vectors = bytes[20 + count * 4..]
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes")))
+            .collect();
+        Ok(SampleEntrance {
+            metric,
+            dim,
+            medoid,
+            ids,
+            vectors,
+        })
+    }
+}
+
+/// CASR window for searches: fixed, off, or calibrated on the index's first queries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CasrSetting {
+    /// Calibrate on the first `warmup` queries (they rerank everything), then use the window.
+    Auto,
+    Window(usize),
+    Off,
+}
+
+/// An opened index.
+pub struct Index {
+    files: IndexFiles,
+    pq: ProductQuantizer,
+    entrance: SampleEntrance,
+    calibrator: Mutex<WindowCalibrator>,
+}
+
+impl Index {
+    /// Opens and validates an index directory.
+    pub fn open(dir: &Path) -> Result<Index, IndexError> {
+        let files = IndexFiles::open(dir)?;
+        let pq = ProductQuantizer::from_bytes(files.pq_codebook())
+            .map_err(|e| IndexError::Invalid(format!("{}: bad PQ codebook: {e}", dir.display())))?;
+        let entrance = SampleEntrance::from_bytes(files.entrance())
+            .map_err(|e| IndexError::Invalid(format!("{}: {e}", dir.display())))?;
+        let m = files.manifest();
+        if pq.dim() != m.dim as usize || entrance.dim != m.dim as usize {
+            return Err(IndexError::Invalid(format!(
+                "{}: PQ codebook or entrance sample disagrees with the manifest's dimension {}",
+                dir.display(),
+                m.dim
+            )));
+        }
+        Ok(Index {
+            files,
+            pq,
+            entrance,
+            calibrator: Mutex::new(WindowCalibrator::for_search()),
+        })
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.files.dir()
+    }
+
+    pub fn files(&self) -> &IndexFiles {
+        &self.files
+    }
+
+    pub fn metric(&self) -> Metric {
+        self.files.manifest().metric
+    }
+
+    pub fn dim(&self) -> usize {
+        self.files.manifest().dim as usize
+    }
+
+    pub fn len(&self) -> usize {
+        self.files.manifest().vertex_count as usize
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Replaces the search-window calibrator (e.g. to change the warm-up count).
+    pub fn set_calibrator(&self, calibrator: WindowCalibrator) {
+        *self.calibrator.lock().expect("calibrator lock") = calibrator;
+    }
+
+    /// The calibrated search window, once warm-up is done.
+    pub fn search_window(&self) -> Option<usize> {
+        self.calibrator.lock().expect("calibrator lock").window()
+    }
+
+    /// A reader for one thread.
+    pub fn reader(&self) -> DiskReader<'_> {
+        DiskReader {
+            index: self,
+            slot_buf: vec![0u8; self.files.vector_layout().slot_size()],
+        }
+    }
+
+    /// One top-k search. With [`CasrSetting::Auto`] the first queries rerank everything and
+    /// feed the calibrator; later ones use the calibrated window.
+    pub fn search(
+        &self,
+        reader: &mut DiskReader<'_>,
+        query: &[f32],
+        mut params: SearchParams,
+        casr: CasrSetting,
+    ) -> io::Result<(Vec<SearchHit>, SearchCounters)> {
+        let calibrating = match casr {
+            CasrSetting::Auto => match self.search_window() {
+                Some(w) => {
+                    params.casr = CasrMode::Window(w);
+                    false
+                }
+                None => {
+                    params.casr = CasrMode::Off;
+                    true
+                }
+            },
+            CasrSetting::Window(w) => {
+                params.casr = CasrMode::Window(w);
+                false
+            }
+            CasrSetting::Off => {
+                params.casr = CasrMode::Off;
+                false
+            }
+        };
+        let mut cursor = SearchCursor::new(reader, query, params)?;
+        let hits = cursor.next_batch(params.k)?;
+        if let (true, Some(w)) = (calibrating, cursor.calibration_sample()) {
+            self.calibrator
+                .lock()
+                .expect("calibrator lock")
+                .record_window(w);
+        }
+        Ok((hits, *cursor.counters()))
+    }
+}
+
+/// Per-thread read access to an [`Index`]: implements [`IndexSource`].
+pub struct DiskReader<'a> {
+    index: &'a Index,
+    slot_buf: Vec<u8>,
+}
+
+fn storage_to_io(e: StorageError) -> io::Error {
+    match e {
+        StorageError::Io { source, .. } => source,
+        other => io::Error::new(io::ErrorKind::InvalidData, other.to_string()),
+    }
+}
+
+impl IndexSource for DiskReader<'_> {
+    type PqTable = crate::pq::QueryTable;
+
+    fn metric(&self) -> Metric {
+        self.index.metric()
+    }
+
+    fn dim(&self) -> usize {
+        self.index.dim()
+    }
+
+    fn edge_layout(&self) -> EdgePageLayout {
+        self.index.files.edge_layout()
+    }
+
+    fn entry(&self, v: VertexId) -> Option<IndirEntry> {
+        self.index.files.indirection().entry(v)
+    }
+
+    fn pq_table(&self, query: &[f32]) -> Self::PqTable {
+        self.index.pq.query_table(query)
+    }
+
+    fn pq_distance(&self, table: &Self::PqTable, v: VertexId) -> f32 {
+        self.index
+            .files
+            .pq_code(v)
+            .map_or(f32::INFINITY, |code| table.distance(code))
+    }
+
+    fn entry_points(
+        &self,
+        query: &[f32],
+        list: usize,
+        counters: &mut SearchCounters,
+    ) -> Vec<VertexId> {
+        self.index.entrance.search(query, list, counters)
+    }
+
+    fn medoid(&self) -> VertexId {
+        self.index.entrance.medoid
+    }
+
+    fn read_edge_pages(&mut self, pages: &[u32], out: &mut [u8]) -> io::Result<()> {
+        for (page_no, buf) in pages.iter().zip(out.chunks_exact_mut(PAGE_SIZE)) {
+            self.index
+                .files
+                .read_edge_page(*page_no, buf)
+                .map_err(storage_to_io)?;
+        }
+        Ok(())
+    }
+
+    fn load_vectors(
+        &mut self,
+        ids: &[VertexId],
+        vectors: &mut Vec<f32>,
+        tids: &mut Vec<HeapTid>,
+    ) -> io::Result<u64> {
+        let layout = self.index.files.vector_layout();
+        let dim = layout.dim();
+        let mut bytes = 0;
+        for &id in ids {
+            let entry = self.entry(id).filter(IndirEntry::is_live).ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::NotFound,
+                    format!("vertex {id} has no vector"),
+                )
+            })?;
+            self.index
+                .files
+                .read_vector_slot(entry.vector_slot, &mut self.slot_buf)
+                .map_err(storage_to_io)?;
+            let slot = layout.parse_slot(&self.slot_buf).map_err(storage_to_io)?;
+            if !slot.is_owned_by(id) {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!(
+                        "vector slot {} belongs to vertex {}, not {id}",
+                        entry.vector_slot,
+                        slot.owner()
+                    ),
+                ));
+            }
+            let at = vectors.len();
+            vectors.resize(at + dim, 0.0);
+            slot.copy_vector_into(&mut vectors[at..]);
+            tids.push(slot.tid());
+            bytes += sector_bytes(layout.slot_offset(entry.vector_slot), layout.slot_size());
+        }
+        Ok(bytes)
+    }
+}
+
+/// Bytes an O_DIRECT read of `len` bytes at `offset` transfers: the covering 4 KiB sectors.
+fn sector_bytes(offset: u64, len: usize) -> u64 {
+    let page = PAGE_SIZE as u64;
+    let start = offset / page * page;
+    let end = (offset + len as u64).div_ceil(page) * page;
+    end - start
+}
+
+/// Convenience for tests and tools: the directory's files, named.
+pub fn index_paths(dir: &Path) -> Vec<PathBuf> {
+    crate::storage::names::ALL
+        .iter()
+        .map(|n| dir.join(n))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sector_bytes_cover_straddling_slots() {
+        assert_eq!(sector_bytes(4096, 100), 4096);
+        assert_eq!(sector_bytes(4096 + 4000, 200), 8192);
+        assert_eq!(sector_bytes(8192, 4096), 4096);
+    }
+
+    #[test]
+    fn entrance_sample_round_trips_and_searches() {
+        let data: Vec<f32> = (0..40).map(|i| i as f32).collect(); // 20 rows of 2
+        let e = SampleEntrance::new(vec![1, 5, 9, 13], &data, 2, Metric::L2, 9);
+        let back = SampleEntrance::from_bytes(&e.to_bytes()).unwrap();
+        assert_eq!(back, e);
+        let mut c = SearchCounters::default();
+        assert_eq!(e.search(&[19.0, 20.0], 2, &mut c), vec![9, 13]);
+        assert_eq!(c.entrance_distances, 4);
+        let bytes = e.to_bytes();
+        assert!(SampleEntrance::from_bytes(&bytes[..bytes.len() - 1]).is_err());
+    }
+
+    #[test]
+    fn bad_build_input_is_rejected_before_work() {
+        let dir = tempfile::tempdir().unwrap();
+        let none = |_: BuildPhase, _: u64, _: u64| {};
+        let never = || false;
+        let p = IndexParams::default();
+        let err = build_index(dir.path(), &[], &[], &p, &none, &never).unwrap_err();
+        assert!(err.to_string().contains("zero vectors"), "{err}");
+        let tids = [HeapTid::default(); 3];
+        let err = build_index(dir.path(), &[0.0; 7], &tids, &p, &none, &never).unwrap_err();
+        assert!(err.to_string().contains("rows of equal dimension"), "{err}");
+        let mut rows = vec![1.0f32; 12];
+        rows[5] = f32::NAN;
+        let err = build_index(dir.path(), &rows, &tids, &p, &none, &never).unwrap_err();
+        assert!(err.to_string().starts_with("row 1:"), "{err}");
+        let cosine = IndexParams {
+            metric: Metric::Cosine,
+            ..IndexParams::default()
+        };
+        let zero = [1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 2.0, 3.0, 4.0];
+        let err = build_index(dir.path(), &zero, &tids, &cosine, &none, &never).unwrap_err();
+        assert!(err.to_string().contains("row 1 is a zero vector"), "{err}");
+        let tight = IndexParams {
+            memory_budget: Some(1024),
+            ..IndexParams::default()
+        };
+        let err = build_index(dir.path(), &[1.0; 12], &tids, &tight, &none, &never).unwrap_err();
+        assert!(matches!(err, IndexError::Memory(_)), "{err}");
+        let cancelled = || true;
+        let err = build_index(dir.path(), &[1.0; 12], &tids, &p, &none, &cancelled).unwrap_err();
+        assert!(matches!(err, IndexError::Cancelled), "{err}");
+    }
+}
