@@ -1,1 +1,853 @@
-//! (not yet written)
+//! Side-file reader: batched io_uring reads with O_DIRECT, and a `pread` fallback.
+//!
+//! Traversal reads the beam-width edge pages of one hop, and CASR reads one window of
+//! vectors, as one batch: every read of the batch is queued, one `io_uring_enter` submits
+//! them all and waits for all of them, and the completions are harvested together
+//! (digest §1.8). Buffers are ordinary heap memory aligned to 4096 bytes, not registered
+//! buffers: registration pins memory per ring and buys little at these batch sizes.
+//!
+//! The backend is chosen at run time, once per reader:
+//! * io_uring when the kernel lets us create a ring, otherwise (ENOSYS, EPERM from
+//!   `kernel.io_uring_disabled`, seccomp) one `pread` per request;
+//! * O_DIRECT when the file system accepts it (the page cache would otherwise double-cache
+//!   what the shared edge-page cache already holds), otherwise buffered reads;
+//! * `NAVIS_IO=pread` forces the fallback and `NAVIS_DIRECT=0` forces buffered reads, for
+//!   tests and ablations.
+//!
+//! [`PageReader::backend_name`] reports the choice, and [`IoStats`] counts what was done.
+
+use crate::storage::{IndexFiles, VectorLayout, PAGE_SIZE};
+use io_uring::{opcode, types, IoUring};
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::io::AsRawFd;
+use std::path::Path;
+
+/// One 4 KiB buffer aligned for O_DIRECT. `Vec<AlignedPage>` is a contiguous, aligned
+/// multi-page buffer; `bytemuck::cast_slice_mut` views it as bytes.
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+#[repr(C, align(4096))]
+pub struct AlignedPage(pub [u8; PAGE_SIZE]);
+
+impl AlignedPage {
+    pub fn zeroed() -> Self {
+        AlignedPage([0; PAGE_SIZE])
+    }
+
+    /// `n` zeroed pages.
+    pub fn vec(n: usize) -> Vec<AlignedPage> {
+        vec![AlignedPage::zeroed(); n]
+    }
+}
+
+/// Which backend to use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BackendChoice {
+    /// io_uring if a ring can be created, else pread.
+    Auto,
+    /// pread only.
+    Pread,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IoOptions {
+    /// Most reads in flight at once; larger batches are split.
+    pub queue_depth: u32,
+    pub backend: BackendChoice,
+    /// Try O_DIRECT (falls back to buffered where the file system refuses it).
+    pub direct: bool,
+}
+
+impl IoOptions {
+    /// Defaults overridden by `NAVIS_IO` (`pread`, `io_uring` or `auto`) and `NAVIS_DIRECT`
+    /// (`0` disables O_DIRECT).
+    pub fn from_env(queue_depth: u32) -> io::Result<IoOptions> {
+        let io_var = std::env::var("NAVIS_IO").ok();
+        let direct_var = std::env::var("NAVIS_DIRECT").ok();
+        Self::from_values(queue_depth, io_var.as_deref(), direct_var.as_deref())
+    }
+
+    fn from_values(
+        queue_depth: u32,
+        io_var: Option<&str>,
+        direct_var: Option<&str>,
+    ) -> io::Result<IoOptions> {
+        let backend = match io_var {
+            None | Some("") | Some("auto") | Some("io_uring") => BackendChoice::Auto,
+            Some("pread") => BackendChoice::Pread,
+            Some(other) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("NAVIS_IO={other:?} is not one of pread, io_uring, auto"),
+                ))
+            }
+        };
+        let direct = !matches!(direct_var, Some("0") | Some("off") | Some("false"));
+        Ok(IoOptions {
+            queue_depth,
+            backend,
+            direct,
+        })
+    }
+}
+
+/// Cumulative counters of one reader.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IoStats {
+    /// Read requests issued (one per edge page, one per vector slot).
+    pub reads: u64,
+    /// Bytes transferred from the files (whole sectors under O_DIRECT).
+    pub bytes: u64,
+    /// System calls that submitted reads: `io_uring_enter` calls, or successful `pread` calls.
+    pub submits: u64,
+}
+
+/// One read of a batch: `buf.len()` bytes at `offset`, of which the first `needed` must
+/// arrive (the rest may lie past the end of the file).
+struct ReadReq<'a> {
+    file: &'a File,
+    offset: u64,
+    buf: &'a mut [u8],
+    needed: usize,
+}
+
+enum Backend {
+    // Boxed: the ring handle is a few hundred bytes and the reader is moved around.
+    Uring(Box<IoUring>),
+    Pread,
+}
+
+/// Per-thread reader of one index's edge and vector files.
+pub struct PageReader {
+    edges: File,
+    vectors: File,
+    direct: bool,
+    backend: Backend,
+    vector_layout: VectorLayout,
+    queue_depth: usize,
+    scratch: Vec<AlignedPage>,
+    stats: IoStats,
+}
+
+impl PageReader {
+    /// Opens the files with options from the environment (see [`IoOptions::from_env`]).
+    pub fn open(
+        edge_file: &Path,
+        vector_file: &Path,
+        vector_layout: VectorLayout,
+        queue_depth: u32,
+    ) -> io::Result<Self> {
+        Self::open_with(
+            edge_file,
+            vector_file,
+            vector_layout,
+            IoOptions::from_env(queue_depth)?,
+        )
+    }
+
+    /// Reader for an open index, options from the environment.
+    pub fn for_index(files: &IndexFiles, queue_depth: u32) -> io::Result<Self> {
+        Self::open(
+            &files.edge_path(),
+            &files.vector_path(),
+            files.vector_layout(),
+            queue_depth,
+        )
+    }
+
+    pub fn open_with(
+        edge_file: &Path,
+        vector_file: &Path,
+        vector_layout: VectorLayout,
+        options: IoOptions,
+    ) -> io::Result<Self> {
+        let queue_depth = options.queue_depth.clamp(1, 4096);
+        let (edges, edges_direct) = open_for_reading(edge_file, options.direct)?;
+        let (vectors, vectors_direct) = open_for_reading(vector_file, options.direct)?;
+        let (edges, vectors) = if edges_direct != vectors_direct {
+            // One backend name must describe both files; keep it simple and go buffered.
+            (
+                open_for_reading(edge_file, false)?.0,
+                open_for_reading(vector_file, false)?.0,
+            )
+        } else {
+            (edges, vectors)
+        };
+        let backend = match options.backend {
+            BackendChoice::Pread => Backend::Pread,
+            BackendChoice::Auto => IoUring::new(queue_depth)
+                .map_or(Backend::Pread, |ring| Backend::Uring(Box::new(ring))),
+        };
+        Ok(PageReader {
+            edges,
+            vectors,
+            direct: edges_direct && vectors_direct,
+            backend,
+            vector_layout,
+            queue_depth: queue_depth as usize,
+            scratch: Vec::new(),
+            stats: IoStats::default(),
+        })
+    }
+
+    /// `io_uring+O_DIRECT`, `io_uring+buffered`, `pread+O_DIRECT` or `pread+buffered`.
+    pub fn backend_name(&self) -> &'static str {
+        match (&self.backend, self.direct) {
+            (Backend::Uring(_), true) => "io_uring+O_DIRECT",
+            (Backend::Uring(_), false) => "io_uring+buffered",
+            (Backend::Pread, true) => "pread+O_DIRECT",
+            (Backend::Pread, false) => "pread+buffered",
+        }
+    }
+
+    pub fn stats(&self) -> IoStats {
+        self.stats
+    }
+
+    /// Reads edge pages `pages[i]` into `out[i]` as one batch. Pages are returned raw;
+    /// verify them with `EdgePageLayout::verify`.
+    pub fn read_edge_pages(&mut self, pages: &[u32], out: &mut [AlignedPage]) -> io::Result<()> {
+        if out.len() < pages.len() {
+            return Err(invalid("fewer output pages than pages to read"));
+        }
+        let edges = &self.edges;
+        let mut reqs: Vec<ReadReq> = pages
+            .iter()
+            .zip(out.iter_mut())
+            .map(|(&page, buf)| ReadReq {
+                file: edges,
+                offset: page as u64 * PAGE_SIZE as u64,
+                buf: &mut buf.0,
+                needed: PAGE_SIZE,
+            })
+            .collect();
+        run_batch(
+            &mut self.backend,
+            self.queue_depth,
+            &mut self.stats,
+            &mut reqs,
+        )
+    }
+
+    /// Like [`PageReader::read_edge_pages`] into a byte buffer of `pages.len() * 4096` bytes.
+    /// Zero-copy when `out` is 4096-aligned (e.g. a cast `Vec<AlignedPage>`) or O_DIRECT is
+    /// off; otherwise reads into an internal aligned buffer and copies.
+    pub fn read_edge_pages_into(&mut self, pages: &[u32], out: &mut [u8]) -> io::Result<()> {
+        if out.len() != pages.len() * PAGE_SIZE {
+            return Err(invalid("output buffer must hold exactly the pages read"));
+        }
+        if !self.direct || (out.as_ptr() as usize).is_multiple_of(PAGE_SIZE) {
+            let edges = &self.edges;
+            let mut reqs: Vec<ReadReq> = pages
+                .iter()
+                .zip(out.chunks_exact_mut(PAGE_SIZE))
+                .map(|(&page, buf)| ReadReq {
+                    file: edges,
+                    offset: page as u64 * PAGE_SIZE as u64,
+                    buf,
+                    needed: PAGE_SIZE,
+                })
+                .collect();
+            return run_batch(
+                &mut self.backend,
+                self.queue_depth,
+                &mut self.stats,
+                &mut reqs,
+            );
+        }
+        let mut scratch = std::mem::take(&mut self.scratch);
+        if scratch.len() < pages.len() {
+            scratch.resize(pages.len(), AlignedPage::zeroed());
+        }
+        let result = self.read_edge_pages(pages, &mut scratch);
+        if result.is_ok() {
+            let bytes: &[u8] = bytemuck::cast_slice(&scratch[..pages.len()]);
+            out.copy_from_slice(bytes);
+        }
+        self.scratch = scratch;
+        result
+    }
+
+    /// Reads vector slots `slots[i]` into `out[i * slot_size ..]` (raw slot bytes; decode with
+    /// `VectorLayout::parse_slot`) as one batch. A slot may straddle 4 KiB sectors: under
+    /// O_DIRECT the covering aligned range is read and the slot cut out of it. Returns the
+    /// bytes transferred.
+    pub fn read_vectors(&mut self, slots: &[u32], out: &mut [u8]) -> io::Result<u64> {
+        let slot_size = self.vector_layout.slot_size();
+        if out.len() != slots.len() * slot_size {
+            return Err(invalid("output buffer must hold exactly the slots read"));
+        }
+        let before = self.stats.bytes;
+        if !self.direct {
+            let vectors = &self.vectors;
+            let layout = self.vector_layout;
+            let mut reqs: Vec<ReadReq> = slots
+                .iter()
+                .zip(out.chunks_exact_mut(slot_size))
+                .map(|(&slot, buf)| ReadReq {
+                    file: vectors,
+                    offset: layout.slot_offset(slot),
+                    buf,
+                    needed: slot_size,
+                })
+                .collect();
+            run_batch(
+                &mut self.backend,
+                self.queue_depth,
+                &mut self.stats,
+                &mut reqs,
+            )?;
+            return Ok(self.stats.bytes - before);
+        }
+        // Per slot: at most ceil(slot_size / 4096) + 1 sectors.
+        let span_pages = slot_size.div_ceil(PAGE_SIZE) + 1;
+        let chunk = self.queue_depth;
+        let mut scratch = std::mem::take(&mut self.scratch);
+        if scratch.len() < chunk * span_pages {
+            scratch.resize(chunk * span_pages, AlignedPage::zeroed());
+        }
+        let mut result = Ok(());
+        for (slot_chunk, out_chunk) in slots.chunks(chunk).zip(out.chunks_mut(chunk * slot_size)) {
+            result = self.read_vector_chunk(slot_chunk, out_chunk, &mut scratch, span_pages);
+            if result.is_err() {
+                break;
+            }
+        }
+        self.scratch = scratch;
+        result.map(|()| self.stats.bytes - before)
+    }
+
+    fn read_vector_chunk(
+        &mut self,
+        slots: &[u32],
+        out: &mut [u8],
+        scratch: &mut [AlignedPage],
+        span_pages: usize,
+    ) -> io::Result<()> {
+        let slot_size = self.vector_layout.slot_size();
+        let layout = self.vector_layout;
+        let ranges: Vec<SectorRange> = slots
+            .iter()
+            .map(|&s| SectorRange::covering(layout.slot_offset(s), slot_size))
+            .collect();
+        let vectors = &self.vectors;
+        let mut reqs: Vec<ReadReq> = ranges
+            .iter()
+            .zip(scratch.chunks_mut(span_pages))
+            .map(|(range, pages)| {
+                let bytes: &mut [u8] = bytemuck::cast_slice_mut(pages);
+                ReadReq {
+                    file: vectors,
+                    offset: range.start,
+                    buf: &mut bytes[..range.len],
+                    needed: range.skip + slot_size,
+                }
+            })
+            .collect();
+        run_batch(
+            &mut self.backend,
+            self.queue_depth,
+            &mut self.stats,
+            &mut reqs,
+        )?;
+        drop(reqs);
+        for ((range, pages), dst) in ranges
+            .iter()
+            .zip(scratch.chunks(span_pages))
+            .zip(out.chunks_exact_mut(slot_size))
+        {
+            let bytes: &[u8] = bytemuck::cast_slice(pages);
+            dst.copy_from_slice(&bytes[range.skip..range.skip + slot_size]);
+        }
+        Ok(())
+    }
+}
+
+/// The 4 KiB-aligned byte range covering `len` bytes at `offset`.
+struct SectorRange {
+    start: u64,
+    len: usize,
+    /// Offset of the wanted bytes inside the range.
+    skip: usize,
+}
+
+impl SectorRange {
+    fn covering(offset: u64, len: usize) -> SectorRange {
+        let sector = PAGE_SIZE as u64;
+        let start = offset / sector * sector;
+        let end = (offset + len as u64).div_ceil(sector) * sector;
+        SectorRange {
+            start,
+            len: (end - start) as usize,
+            skip: (offset - start) as usize,
+        }
+    }
+}
+
+fn invalid(message: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, message.to_string())
+}
+
+/// Opens `path` read-only, with O_DIRECT when asked and accepted. O_DIRECT can be refused at
+/// open (EINVAL) or only at the first read, so an accepted open is probed with one aligned
+/// read.
+fn open_for_reading(path: &Path, direct: bool) -> io::Result<(File, bool)> {
+    let buffered = || File::open(path).map(|f| (f, false));
+    if !direct {
+        return buffered();
+    }
+    let file = match OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(path)
+    {
+        Ok(file) => file,
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => return buffered(),
+        Err(e) => return Err(e),
+    };
+    let mut probe = AlignedPage::zeroed();
+    match file.read_at(&mut probe.0, 0) {
+        Ok(_) => Ok((file, true)),
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => buffered(),
+        Err(e) => Err(e),
+    }
+}
+
+fn run_batch(
+    backend: &mut Backend,
+    queue_depth: usize,
+    stats: &mut IoStats,
+    reqs: &mut [ReadReq],
+) -> io::Result<()> {
+    for chunk in reqs.chunks_mut(queue_depth) {
+        match backend {
+            Backend::Uring(ring) => match uring_batch(ring, stats, chunk) {
+                Ok(()) => {}
+                Err(BatchError::Read(e)) => return Err(e),
+                Err(BatchError::RingUnusable) => {
+                    // Nothing of this chunk is in flight; finish with pread from now on.
+                    *backend = Backend::Pread;
+                    pread_batch(stats, chunk)?;
+                }
+            },
+            Backend::Pread => pread_batch(stats, chunk)?,
+        }
+    }
+    Ok(())
+}
+
+fn pread_batch(stats: &mut IoStats, reqs: &mut [ReadReq]) -> io::Result<()> {
+    for req in reqs.iter_mut() {
+        stats.reads += 1;
+        let mut done = 0;
+        while done < req.buf.len() {
+            match req
+                .file
+                .read_at(&mut req.buf[done..], req.offset + done as u64)
+            {
+                Ok(0) => break,
+                Ok(n) => {
+                    done += n;
+                    stats.submits += 1;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        stats.bytes += done as u64;
+        check_length(req, done)?;
+    }
+    Ok(())
+}
+
+fn check_length(req: &ReadReq, got: usize) -> io::Result<()> {
+    if got < req.needed {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            format!(
+                "read of {} bytes at offset {} returned {got}: beyond the end of the file",
+                req.needed, req.offset
+            ),
+        ));
+    }
+    Ok(())
+}
+
+enum BatchError {
+    /// A read failed; the ring is fine.
+    Read(io::Error),
+    /// `io_uring_enter` failed before anything was submitted.
+    RingUnusable,
+}
+
+fn is_transient(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EINTR) | Some(libc::EAGAIN) | Some(libc::EBUSY)
+    )
+}
+
+/// Queues every read of `reqs` (at most the ring size), submits them with one
+/// `submit_and_wait`, and harvests every completion before returning, so that no buffer is
+/// released while the kernel may still write into it.
+fn uring_batch(
+    ring: &mut IoUring,
+    stats: &mut IoStats,
+    reqs: &mut [ReadReq],
+) -> Result<(), BatchError> {
+    for (i, req) in reqs.iter_mut().enumerate() {
+        let entry = opcode::Read::new(
+            types::Fd(req.file.as_raw_fd()),
+            req.buf.as_mut_ptr(),
+            req.buf.len() as u32,
+        )
+        .offset(req.offset)
+        .build()
+        .user_data(i as u64);
+        // SAFETY: the buffer is borrowed mutably from `reqs` for this whole function, and the
+        // function does not return (on any path) until the kernel has posted this request's
+        // completion, so the kernel never writes into memory we no longer own. The file
+        // descriptor stays open for the same reason (`req.file` borrows it).
+        if unsafe { ring.submission().push(&entry) }.is_err() {
+            // Cannot happen with chunks no larger than the ring. The caller drops the ring,
+            // and with it the entries queued so far, none of which was submitted.
+            return Err(BatchError::RingUnusable);
+        }
+    }
+    let mut pending = reqs.len();
+    let mut submitted = false;
+    let mut first_error = None;
+    while pending > 0 {
+        match ring.submit_and_wait(pending) {
+            Ok(_) => {
+                if !submitted {
+                    stats.submits += 1;
+                    submitted = true;
+                }
+            }
+            Err(e) if is_transient(&e) => continue,
+            // Nothing submitted: the caller drops the ring with its queued entries.
+            Err(_) if !submitted => return Err(BatchError::RingUnusable),
+            Err(e) => {
+                // Reads are in flight into our buffers: returning now would be unsound, and
+                // waiting cannot succeed. This is a kernel failure, not bad input.
+                eprintln!("navis: io_uring wait failed with reads in flight: {e}");
+                std::process::abort();
+            }
+        }
+        for cqe in ring.completion() {
+            pending -= 1;
+            let req = &reqs[cqe.user_data() as usize];
+            let result = cqe.result();
+            let outcome = if result < 0 {
+                Err(io::Error::from_raw_os_error(-result))
+            } else {
+                check_length(req, result as usize)
+            };
+            stats.reads += 1;
+            stats.bytes += result.max(0) as u64;
+            if let (Err(e), None) = (outcome, &first_error) {
+                first_error = Some(e);
+            }
+        }
+    }
+    first_error.map_or(Ok(()), |e| Err(BatchError::Read(e)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::{HeapTid, VectorLayout};
+    use rand::{Rng, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+    use std::io::Write;
+
+    struct Files {
+        _dir: tempfile::TempDir,
+        edges: std::path::PathBuf,
+        vectors: std::path::PathBuf,
+        edge_bytes: Vec<u8>,
+        vector_bytes: Vec<u8>,
+        layout: VectorLayout,
+        slots: u32,
+    }
+
+    /// Random edge file of `pages` pages and a vector file with `slots` slots of `dim`.
+    fn files(pages: usize, dim: usize, slots: u32) -> Files {
+        let dir = tempfile::tempdir().unwrap();
+        let mut rng = ChaCha8Rng::seed_from_u64(7);
+        let edge_bytes: Vec<u8> = (0..pages * PAGE_SIZE).map(|_| rng.gen()).collect();
+        let edges = dir.path().join("edges.dat");
+        std::fs::write(&edges, &edge_bytes).unwrap();
+        let layout = VectorLayout::new(dim).unwrap();
+        let mut vector_bytes = layout.encode_header();
+        let mut slot = vec![0u8; layout.slot_size()];
+        for s in 0..slots {
+            let v: Vec<f32> = (0..dim).map(|_| rng.gen()).collect();
+            layout
+                .encode_slot(
+                    &mut slot,
+                    &v,
+                    s,
+                    HeapTid {
+                        block: s,
+                        offset: 1,
+                    },
+                )
+                .unwrap();
+            vector_bytes.extend_from_slice(&slot);
+        }
+        vector_bytes.resize(layout.file_len(slots) as usize, 0);
+        let vectors = dir.path().join("vectors.dat");
+        std::fs::File::create(&vectors)
+            .unwrap()
+            .write_all(&vector_bytes)
+            .unwrap();
+        Files {
+            _dir: dir,
+            edges,
+            vectors,
+            edge_bytes,
+            vector_bytes,
+            layout,
+            slots,
+        }
+    }
+
+    fn reader(f: &Files, backend: BackendChoice, direct: bool, queue_depth: u32) -> PageReader {
+        let options = IoOptions {
+            queue_depth,
+            backend,
+            direct,
+        };
+        PageReader::open_with(&f.edges, &f.vectors, f.layout, options).unwrap()
+    }
+
+    fn all_configurations(f: &Files, queue_depth: u32) -> Vec<PageReader> {
+        let mut readers = Vec::new();
+        for backend in [BackendChoice::Auto, BackendChoice::Pread] {
+            for direct in [true, false] {
+                readers.push(reader(f, backend, direct, queue_depth));
+            }
+        }
+        readers
+    }
+
+    #[test]
+    fn backend_is_chosen_and_reported() {
+        let f = files(2, 4, 3);
+        let forced = reader(&f, BackendChoice::Pread, true, 8);
+        assert!(forced.backend_name().starts_with("pread+"));
+        let auto = reader(&f, BackendChoice::Auto, true, 8);
+        let ring_works = IoUring::new(8).is_ok();
+        assert_eq!(
+            auto.backend_name().starts_with("io_uring+"),
+            ring_works,
+            "{}",
+            auto.backend_name()
+        );
+        eprintln!("auto backend: {}", auto.backend_name());
+        assert!(reader(&f, BackendChoice::Auto, false, 8)
+            .backend_name()
+            .ends_with("+buffered"));
+    }
+
+    #[test]
+    fn environment_parsing() {
+        let o = IoOptions::from_values(16, Some("pread"), None).unwrap();
+        assert_eq!(
+            (o.backend, o.direct, o.queue_depth),
+            (BackendChoice::Pread, true, 16)
+        );
+        let o = IoOptions::from_values(16, None, Some("0")).unwrap();
+        assert_eq!((o.backend, o.direct), (BackendChoice::Auto, false));
+        assert!(IoOptions::from_values(16, Some("aio"), None).is_err());
+    }
+
+    #[test]
+    fn edge_pages_match_file_bytes_on_every_backend() {
+        let f = files(40, 4, 1);
+        // More pages than the queue depth, out of order, with a repeat.
+        let pages: Vec<u32> = vec![39, 0, 17, 17, 5, 22, 1, 38, 9, 10, 11];
+        for mut r in all_configurations(&f, 4) {
+            let mut out = AlignedPage::vec(pages.len());
+            r.read_edge_pages(&pages, &mut out).unwrap();
+            for (&p, buf) in pages.iter().zip(&out) {
+                let want = &f.edge_bytes[p as usize * PAGE_SIZE..(p as usize + 1) * PAGE_SIZE];
+                assert!(buf.0 == *want, "{}: page {p}", r.backend_name());
+            }
+            let stats = r.stats();
+            assert_eq!(stats.reads, pages.len() as u64);
+            assert_eq!(stats.bytes, (pages.len() * PAGE_SIZE) as u64);
+            let expected_submits = if r.backend_name().starts_with("io_uring") {
+                pages.len().div_ceil(4) as u64
+            } else {
+                pages.len() as u64
+            };
+            assert_eq!(stats.submits, expected_submits, "{}", r.backend_name());
+        }
+    }
+
+    #[test]
+    fn unaligned_byte_buffers_work() {
+        let f = files(8, 4, 1);
+        let pages = [3u32, 7, 0];
+        for mut r in all_configurations(&f, 2) {
+            let mut backing = vec![0u8; pages.len() * PAGE_SIZE + 1];
+            let out = &mut backing[1..];
+            r.read_edge_pages_into(&pages, out).unwrap();
+            for (i, &p) in pages.iter().enumerate() {
+                let want = &f.edge_bytes[p as usize * PAGE_SIZE..(p as usize + 1) * PAGE_SIZE];
+                assert!(
+                    out[i * PAGE_SIZE..(i + 1) * PAGE_SIZE] == *want,
+                    "{}",
+                    r.backend_name()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn vector_slots_match_file_bytes_including_straddling_ones() {
+        // 100-d slots are 412 bytes: many straddle a 4 KiB boundary, and the last slot ends
+        // inside the final, zero-padded sector.
+        let f = files(1, 100, 200);
+        let size = f.layout.slot_size();
+        let slots: Vec<u32> = vec![0, 9, 10, 199, 57, 58, 120, 9, 1, 2, 3, 4, 5];
+        for mut r in all_configurations(&f, 4) {
+            let mut out = vec![0u8; slots.len() * size];
+            let bytes = r.read_vectors(&slots, &mut out).unwrap();
+            for (i, &s) in slots.iter().enumerate() {
+                let at = f.layout.slot_offset(s) as usize;
+                assert!(
+                    out[i * size..(i + 1) * size] == f.vector_bytes[at..at + size],
+                    "{} slot {s}",
+                    r.backend_name()
+                );
+                let parsed = f.layout.parse_slot(&out[i * size..(i + 1) * size]).unwrap();
+                assert!(parsed.is_owned_by(s));
+            }
+            let expected: u64 = if r.backend_name().ends_with("O_DIRECT") {
+                slots
+                    .iter()
+                    .map(|&s| SectorRange::covering(f.layout.slot_offset(s), size).len as u64)
+                    .sum()
+            } else {
+                (slots.len() * size) as u64
+            };
+            assert_eq!(bytes, expected, "{}", r.backend_name());
+            assert_eq!(r.stats().reads, slots.len() as u64);
+        }
+        assert_eq!(f.slots, 200);
+    }
+
+    #[test]
+    fn reads_past_the_end_fail_cleanly() {
+        let f = files(3, 8, 5);
+        for mut r in all_configurations(&f, 4) {
+            let mut out = AlignedPage::vec(2);
+            let err = r.read_edge_pages(&[1, 3], &mut out).unwrap_err();
+            assert_eq!(
+                err.kind(),
+                io::ErrorKind::UnexpectedEof,
+                "{}",
+                r.backend_name()
+            );
+            let mut slot = vec![0u8; f.layout.slot_size()];
+            let err = r.read_vectors(&[5000], &mut slot).unwrap_err();
+            assert_eq!(
+                err.kind(),
+                io::ErrorKind::UnexpectedEof,
+                "{}",
+                r.backend_name()
+            );
+            // The reader stays usable after an error.
+            r.read_edge_pages(&[2], &mut out).unwrap();
+            assert!(out[0].0[..] == f.edge_bytes[2 * PAGE_SIZE..3 * PAGE_SIZE]);
+            assert!(r.read_edge_pages(&[0, 1], &mut out[..1]).is_err());
+        }
+    }
+
+    #[test]
+    fn reads_a_written_index_through_its_files() {
+        use crate::placement::identity_placement;
+        use crate::storage::{BuildInput, BuildParams, IndexFiles, IndexWriter};
+        let dir = tempfile::tempdir().unwrap();
+        let (n, dim) = (64usize, 6usize);
+        let adjacency: Vec<Vec<u32>> = (0..n as u32)
+            .map(|v| vec![(v + 1) % n as u32, (v + 7) % n as u32])
+            .collect();
+        let vectors: Vec<f32> = (0..n * dim).map(|i| i as f32).collect();
+        let tids: Vec<HeapTid> = (0..n as u32)
+            .map(|i| HeapTid {
+                block: i,
+                offset: 2,
+            })
+            .collect();
+        let placement = identity_placement(n, 10).unwrap();
+        let input = BuildInput {
+            metric: crate::Metric::L2,
+            dim,
+            max_degree: 96,
+            vectors: &vectors,
+            heap_tids: &tids,
+            adjacency: &adjacency,
+            placement: &placement,
+            pq_bytes: 2,
+            pq_codebook: &[],
+            pq_codes: &vec![0; n * 2],
+            entrance: &[],
+            params: BuildParams {
+                build_list: 10,
+                alpha: 1.2,
+                entrance_ratio: 0.01,
+                entrance_degree: 32,
+            },
+        };
+        IndexWriter::create(dir.path(), &input).unwrap();
+        let files = IndexFiles::open(dir.path()).unwrap();
+        let mut r = PageReader::for_index(&files, 4).unwrap();
+        let pages: Vec<u32> = (0..files.manifest().edge_pages).collect();
+        let mut out = AlignedPage::vec(pages.len());
+        r.read_edge_pages(&pages, &mut out).unwrap();
+        let layout = files.edge_layout();
+        for v in 0..n as u32 {
+            let e = files.indirection().entry(v).unwrap();
+            let page = &out[e.edge.page as usize].0;
+            layout
+                .verify(&files.edge_path(), page, e.edge.page)
+                .unwrap();
+            assert_eq!(
+                layout
+                    .slot_owned_by(page, e.edge.slot as usize, v)
+                    .unwrap()
+                    .to_vec(),
+                adjacency[v as usize]
+            );
+        }
+        let slots: Vec<u32> = (0..n as u32).rev().collect();
+        let size = files.vector_layout().slot_size();
+        let mut bytes = vec![0u8; n * size];
+        r.read_vectors(&slots, &mut bytes).unwrap();
+        for (i, &s) in slots.iter().enumerate() {
+            let slot = files
+                .vector_layout()
+                .parse_slot(&bytes[i * size..(i + 1) * size])
+                .unwrap();
+            assert_eq!(
+                slot.vector(),
+                &vectors[s as usize * dim..(s as usize + 1) * dim]
+            );
+            assert_eq!(slot.tid(), tids[s as usize]);
+        }
+    }
+
+    #[test]
+    fn sector_ranges() {
+        let r = SectorRange::covering(4096 + 4000, 200);
+        assert_eq!((r.start, r.len, r.skip), (4096, 8192, 4000));
+        let r = SectorRange::covering(8192, 4096);
+        assert_eq!((r.start, r.len, r.skip), (8192, 4096, 0));
+    }
+}
