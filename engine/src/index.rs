@@ -33,6 +33,7 @@ use crate::casr::WindowCalibrator;
 use crate::counters::SearchCounters;
 use crate::distance::{normalize, Metric};
 use crate::graph::{self, BuildControl, BuildError, VamanaParams};
+use crate::io::PageReader;
 use crate::placement::{greedy_placement, identity_placement, overlap_ratio, Placement};
 use crate::pq::ProductQuantizer;
 use crate::search::{CasrMode, IndexSource, SearchCursor, SearchHit, SearchParams};
@@ -331,7 +332,7 @@ fn infer_dim(values: usize, n: usize) -> Result<usize, IndexError> {
             "cannot build a navis index over zero vectors".into(),
         ));
     }
-    if values == 0 || values % n != 0 {
+    if values == 0 || !values.is_multiple_of(n) {
         return Err(IndexError::Invalid(format!(
             "{values} vector values do not form {n} rows of equal dimension"
         )));
@@ -626,12 +627,14 @@ impl Index {
         self.calibrator.lock().expect("calibrator lock").window()
     }
 
-    /// A reader for one thread.
-    pub fn reader(&self) -> DiskReader<'_> {
-        DiskReader {
+    /// A reader for one thread: it owns an io_uring queue (or the pread fallback, chosen at
+    /// run time; `NAVIS_IO=pread` forces it) over the edge and vector files.
+    pub fn reader(&self) -> io::Result<DiskReader<'_>> {
+        Ok(DiskReader {
             index: self,
-            slot_buf: vec![0u8; self.files.vector_layout().slot_size()],
-        }
+            io: PageReader::for_index(&self.files, READER_QUEUE_DEPTH)?,
+            slot_buf: Vec::new(),
+        })
     }
 
     /// One top-k search. With [`CasrSetting::Auto`] the first queries rerank everything and
@@ -678,7 +681,18 @@ impl Index {
 /// Per-thread read access to an [`Index`]: implements [`IndexSource`].
 pub struct DiskReader<'a> {
     index: &'a Index,
+    io: PageReader,
     slot_buf: Vec<u8>,
+}
+
+/// Reads in flight per reader: a hop reads W = 4 pages, a CASR window tens of vectors.
+const READER_QUEUE_DEPTH: u32 = 64;
+
+impl DiskReader<'_> {
+    /// `io_uring+O_DIRECT`, `pread+buffered`, ...
+    pub fn backend_name(&self) -> &'static str {
+        self.io.backend_name()
+    }
 }
 
 fn storage_to_io(e: StorageError) -> io::Error {
@@ -732,11 +746,11 @@ impl IndexSource for DiskReader<'_> {
     }
 
     fn read_edge_pages(&mut self, pages: &[u32], out: &mut [u8]) -> io::Result<()> {
-        for (page_no, buf) in pages.iter().zip(out.chunks_exact_mut(PAGE_SIZE)) {
-            self.index
-                .files
-                .read_edge_page(*page_no, buf)
-                .map_err(storage_to_io)?;
+        self.io.read_edge_pages_into(pages, out)?;
+        let layout = self.index.files.edge_layout();
+        let path = self.index.files.edge_path();
+        for (&page_no, page) in pages.iter().zip(out.chunks_exact(PAGE_SIZE)) {
+            layout.verify(&path, page, page_no).map_err(storage_to_io)?;
         }
         Ok(())
     }
@@ -748,46 +762,45 @@ impl IndexSource for DiskReader<'_> {
         tids: &mut Vec<HeapTid>,
     ) -> io::Result<u64> {
         let layout = self.index.files.vector_layout();
-        let dim = layout.dim();
-        let mut bytes = 0;
-        for &id in ids {
-            let entry = self.entry(id).filter(IndirEntry::is_live).ok_or_else(|| {
-                io::Error::new(
-                    io::ErrorKind::NotFound,
-                    format!("vertex {id} has no vector"),
-                )
-            })?;
-            self.index
-                .files
-                .read_vector_slot(entry.vector_slot, &mut self.slot_buf)
-                .map_err(storage_to_io)?;
-            let slot = layout.parse_slot(&self.slot_buf).map_err(storage_to_io)?;
+        let slot_size = layout.slot_size();
+        let slots = ids
+            .iter()
+            .map(|&id| {
+                self.entry(id)
+                    .filter(IndirEntry::is_live)
+                    .map(|e| e.vector_slot)
+                    .ok_or_else(|| {
+                        io::Error::new(
+                            io::ErrorKind::NotFound,
+                            format!("vertex {id} has no vector"),
+                        )
+                    })
+            })
+            .collect::<io::Result<Vec<u32>>>()?;
+        self.slot_buf.resize(slots.len() * slot_size, 0);
+        let bytes = self.io.read_vectors(&slots, &mut self.slot_buf)?;
+        for ((&id, &slot_no), raw) in ids
+            .iter()
+            .zip(&slots)
+            .zip(self.slot_buf.chunks_exact(slot_size))
+        {
+            let slot = layout.parse_slot(raw).map_err(storage_to_io)?;
             if !slot.is_owned_by(id) {
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidData,
                     format!(
-                        "vector slot {} belongs to vertex {}, not {id}",
-                        entry.vector_slot,
+                        "vector slot {slot_no} belongs to vertex {}, not {id}",
                         slot.owner()
                     ),
                 ));
             }
             let at = vectors.len();
-            vectors.resize(at + dim, 0.0);
+            vectors.resize(at + layout.dim(), 0.0);
             slot.copy_vector_into(&mut vectors[at..]);
             tids.push(slot.tid());
-            bytes += sector_bytes(layout.slot_offset(entry.vector_slot), layout.slot_size());
         }
         Ok(bytes)
     }
-}
-
-/// Bytes an O_DIRECT read of `len` bytes at `offset` transfers: the covering 4 KiB sectors.
-fn sector_bytes(offset: u64, len: usize) -> u64 {
-    let page = PAGE_SIZE as u64;
-    let start = offset / page * page;
-    let end = (offset + len as u64).div_ceil(page) * page;
-    end - start
 }
 
 /// Convenience for tests and tools: the directory's files, named.
@@ -801,13 +814,6 @@ pub fn index_paths(dir: &Path) -> Vec<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sector_bytes_cover_straddling_slots() {
-        assert_eq!(sector_bytes(4096, 100), 4096);
-        assert_eq!(sector_bytes(4096 + 4000, 200), 8192);
-        assert_eq!(sector_bytes(8192, 4096), 4096);
-    }
 
     #[test]
     fn entrance_sample_round_trips_and_searches() {

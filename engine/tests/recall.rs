@@ -89,7 +89,7 @@ fn exact_truth(base: &[f32], queries: &[f32], metric: Metric) -> Vec<Vec<VertexI
 }
 
 fn run(f: &Fixture, p: SearchParams) -> (f64, SearchCounters, Vec<Vec<SearchHit>>) {
-    let mut reader = f.index.reader();
+    let mut reader = f.index.reader().unwrap();
     let mut total = SearchCounters::default();
     let mut found = 0;
     let mut all = Vec::new();
@@ -157,7 +157,7 @@ fn recall_ablations_and_cursor_on_disk() {
     );
 
     // Resumable cursor: far more results than L, in non-decreasing distance, no repeats.
-    let mut reader = f.index.reader();
+    let mut reader = f.index.reader().unwrap();
     let q = &f.queries[..DIM];
     let mut cursor = SearchCursor::new(&mut reader, q, list(40, CasrMode::Window(8))).unwrap();
     let hits = cursor.next_batch(200).unwrap();
@@ -175,7 +175,7 @@ fn auto_calibration_fixes_a_window() {
     let f = build(Metric::Cosine);
     f.index
         .set_calibrator(navis_engine::casr::WindowCalibrator::new(20, 100.0).unwrap());
-    let mut reader = f.index.reader();
+    let mut reader = f.index.reader().unwrap();
     let mut found = 0;
     for (qi, q) in f.queries.chunks_exact(DIM).enumerate() {
         let (hits, c) = f
@@ -201,9 +201,13 @@ fn io_backends_agree() {
     let f = build(Metric::L2);
     let p = list(40, CasrMode::Window(8));
     let (_, c_default, hits_default) = run(&f, p);
+    // Set once, read by every reader opened after it; no other test in this file opens a
+    // reader concurrently with a different expectation, as all must give identical results.
     std::env::set_var("NAVIS_IO", "pread");
+    let backend = f.index.reader().unwrap().backend_name();
     let (_, c_pread, hits_pread) = run(&f, p);
     std::env::remove_var("NAVIS_IO");
+    assert!(backend.starts_with("pread"), "{backend}");
     assert_eq!(hits_default, hits_pread);
     assert_eq!(c_default, c_pread);
 }
