@@ -1,4 +1,445 @@
+//! navis-bench: build and search NAVIS indexes over `.fbin` files, printing markdown tables.
+//!
+//! ```text
+//! navis-bench build --base X.fbin --out DIR [--max-degree 96] [--build-list 128] [--alpha 1.2]
+//!                   [--pq-bytes N] [--metric l2|cosine|ip] [--threads N] [--limit N]
+//! navis-bench search --index DIR --queries Q.fbin --gt GT.bin [--k 10] [--lists 20,40,80,160]
+//!                    [--casr auto|off|W] [--warmup N] [--packed] [--no-entrance] [--colocated]
+//!                    [--threads N] [--limit-queries N]
+//! navis-bench distances [--iters N]
+//! ```
+//!
+//! Counters are deterministic (DESIGN.md §7) and printed beside wall-clock numbers.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use navis_engine::casr::WindowCalibrator;
+use navis_engine::counters::SearchCounters;
+use navis_engine::dataset::{read_fbin_rows, read_ground_truth};
+use navis_engine::graph::memory::human_bytes;
+use navis_engine::index::{
+    build_index, peak_rss_bytes, BuildPhase, CasrSetting, Index, IndexParams,
+};
+use navis_engine::search::SearchParams;
+use navis_engine::storage::HeapTid;
+use navis_engine::{Kernels, Metric, VertexId};
+
 fn main() {
-    eprintln!("navis-bench: not yet written");
-    std::process::exit(2);
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("build") => cmd_build(&Args::parse(&args[1..])),
+        Some("search") => cmd_search(&Args::parse(&args[1..])),
+        Some("distances") => cmd_distances(&Args::parse(&args[1..])),
+        _ => Err("usage: navis-bench build|search|distances [options] (see source header)".into()),
+    };
+    if let Err(e) = result {
+        eprintln!("navis-bench: {e}");
+        std::process::exit(1);
+    }
+}
+
+type Result<T> = std::result::Result<T, String>;
+
+/// `--name value` pairs and bare `--flag`s.
+struct Args {
+    values: HashMap<String, String>,
+}
+
+impl Args {
+    fn parse(raw: &[String]) -> Args {
+        let mut values = HashMap::new();
+        let mut i = 0;
+        while i < raw.len() {
+            let key = raw[i].trim_start_matches("--").to_string();
+            let next = raw.get(i + 1).filter(|v| !v.starts_with("--"));
+            match next {
+                Some(v) => {
+                    values.insert(key, v.clone());
+                    i += 2;
+                }
+                None => {
+                    values.insert(key, String::new());
+                    i += 1;
+                }
+            }
+        }
+        Args { values }
+    }
+
+    fn flag(&self, key: &str) -> bool {
+        self.values.contains_key(key)
+    }
+
+    fn str(&self, key: &str) -> Result<&str> {
+        self.values
+            .get(key)
+            .map(String::as_str)
+            .filter(|v| !v.is_empty())
+            .ok_or_else(|| format!("missing --{key}"))
+    }
+
+    fn num<T: std::str::FromStr>(&self, key: &str, default: T) -> Result<T> {
+        match self.values.get(key) {
+            None => Ok(default),
+            Some(v) => v
+                .parse()
+                .map_err(|_| format!("--{key}: not a number: {v:?}")),
+        }
+    }
+}
+
+fn parse_metric(s: &str) -> Result<Metric> {
+    match s {
+        "l2" => Ok(Metric::L2),
+        "cosine" => Ok(Metric::Cosine),
+        "ip" => Ok(Metric::InnerProduct),
+        other => Err(format!("unknown metric {other:?} (l2, cosine, ip)")),
+    }
+}
+
+fn cmd_build(a: &Args) -> Result<()> {
+    let base = PathBuf::from(a.str("base")?);
+    let out = PathBuf::from(a.str("out")?);
+    let limit = a
+        .values
+        .get("limit")
+        .map(|v| v.parse::<usize>())
+        .transpose();
+    let limit = limit.map_err(|_| "--limit: not a number".to_string())?;
+    let data = read_fbin_rows(&base, limit).map_err(|e| format!("{}: {e}", base.display()))?;
+    let defaults = IndexParams::default();
+    let params = IndexParams {
+        metric: parse_metric(a.values.get("metric").map_or("l2", String::as_str))?,
+        max_degree: a.num("max-degree", defaults.max_degree)?,
+        build_list: a.num("build-list", defaults.build_list)?,
+        alpha: a.num("alpha", defaults.alpha)?,
+        pq_bytes: a
+            .values
+            .get("pq-bytes")
+            .map(|v| v.parse())
+            .transpose()
+            .map_err(|_| "--pq-bytes: not a number")?,
+        threads: a.num("threads", defaults.threads)?,
+        ..defaults
+    };
+    let n = data.data.len() / data.dim;
+    let tids: Vec<HeapTid> = (0..n as u32)
+        .map(|i| HeapTid {
+            block: i,
+            offset: 1,
+        })
+        .collect();
+    eprintln!(
+        "building {} rows of {} dims from {} into {} (R={} L={} alpha={} threads={})",
+        n,
+        data.dim,
+        base.display(),
+        out.display(),
+        params.max_degree,
+        params.build_list,
+        params.alpha,
+        params.threads
+    );
+    let progress = |phase: BuildPhase, done: u64, total: u64| {
+        if done == 0 {
+            eprintln!("  {} ...", phase.name());
+        } else if done == total {
+            eprintln!("  {} done", phase.name());
+        }
+    };
+    let report = build_index(&out, &data.data, &tids, &params, &progress, &|| false)
+        .map_err(|e| e.to_string())?;
+    let raw = (n * data.dim * 4) as u64;
+    println!("| phase | seconds |\n|---|---|");
+    for (phase, t) in &report.phases {
+        println!("| {} | {:.2} |", phase.name(), t.as_secs_f64());
+    }
+    println!(
+        "| **total** | **{:.2}** |",
+        report.total_time().as_secs_f64()
+    );
+    println!();
+    println!("| measure | value |\n|---|---|");
+    println!("| vertices × dim | {n} × {} |", data.dim);
+    println!(
+        "| R / L / alpha / pq_bytes | {} / {} / {} / {} |",
+        params.max_degree, params.build_list, params.alpha, report.pq_bytes
+    );
+    println!("| raw vectors | {} |", human_bytes(raw));
+    println!(
+        "| memory estimate (stated before build) | {} |",
+        human_bytes(report.memory_estimate)
+    );
+    let peak = report.peak_rss.unwrap_or(0);
+    println!(
+        "| peak RSS (VmHWM, includes the loaded input) | {} ({:.2}× estimate) |",
+        human_bytes(peak),
+        peak as f64 / report.memory_estimate.max(1) as f64
+    );
+    println!(
+        "| overlap ratio greedy / identity | {:.3} / {:.3} |",
+        report.overlap_greedy, report.overlap_identity
+    );
+    println!("| edge pages | {} |", report.edge_pages);
+    println!("| entrance sample | {} |", report.entrance_size);
+    for (name, len) in &report.file_sizes {
+        println!("| file {name} | {} |", human_bytes(*len));
+    }
+    Ok(())
+}
+
+struct Row {
+    list: usize,
+    recall: f64,
+    qps: f64,
+    p50_us: f64,
+    p99_us: f64,
+    c: SearchCounters,
+    window: Option<usize>,
+}
+
+fn cmd_search(a: &Args) -> Result<()> {
+    let dir = PathBuf::from(a.str("index")?);
+    let qpath = PathBuf::from(a.str("queries")?);
+    let gpath = PathBuf::from(a.str("gt")?);
+    let k: usize = a.num("k", 10)?;
+    let limit_q = a
+        .values
+        .get("limit-queries")
+        .map(|v| v.parse::<usize>())
+        .transpose();
+    let limit_q = limit_q.map_err(|_| "--limit-queries: not a number".to_string())?;
+    let queries =
+        read_fbin_rows(&qpath, limit_q).map_err(|e| format!("{}: {e}", qpath.display()))?;
+    let gt = read_ground_truth(&gpath).map_err(|e| format!("{}: {e}", gpath.display()))?;
+    let lists: Vec<usize> = a
+        .values
+        .get("lists")
+        .map_or("20,40,80,160", String::as_str)
+        .split(',')
+        .map(|s| {
+            s.trim()
+                .parse()
+                .map_err(|_| format!("--lists: bad value {s:?}"))
+        })
+        .collect::<Result<_>>()?;
+    let casr = match a.values.get("casr").map_or("auto", String::as_str) {
+        "auto" => CasrSetting::Auto,
+        "off" => CasrSetting::Off,
+        w => CasrSetting::Window(
+            w.parse()
+                .map_err(|_| format!("--casr: auto, off or a window, got {w:?}"))?,
+        ),
+    };
+    let warmup: usize = a.num("warmup", 1000)?;
+    let threads: usize = a.num("threads", 1)?;
+    let index = Index::open(&dir).map_err(|e| e.to_string())?;
+    let nq = queries.data.len() / queries.dim;
+    if queries.dim != index.dim() {
+        return Err(format!(
+            "queries have {} dims, the index {}",
+            queries.dim,
+            index.dim()
+        ));
+    }
+    let backend = index.reader().map_err(|e| e.to_string())?.backend_name();
+    let base = SearchParams {
+        k,
+        packed: a.flag("packed"),
+        use_entrance: !a.flag("no-entrance"),
+        colocated: a.flag("colocated"),
+        ..SearchParams::default()
+    };
+    println!(
+        "index {} ({} vertices, {}-d, {:?}); {} queries; k={k}; backend {backend}; casr {:?}{}{}{}; threads {threads}\n",
+        dir.display(),
+        index.len(),
+        index.dim(),
+        index.metric(),
+        nq,
+        casr,
+        if base.packed { "; packed-layout emulation" } else { "" },
+        if base.use_entrance { "" } else { "; no entrance graph" },
+        if base.colocated { "; co-located lists used" } else { "" },
+    );
+    let mut rows = Vec::new();
+    for &list in &lists {
+        // Each list calibrates its own window (warm-up queries rerank everything and are
+        // excluded from the timing and counters below).
+        index.set_calibrator(
+            WindowCalibrator::new(warmup.max(1), 100.0).map_err(|e| e.to_string())?,
+        );
+        let params = SearchParams { list, ..base };
+        if casr == CasrSetting::Auto {
+            let mut reader = index.reader().map_err(|e| e.to_string())?;
+            let mut i = 0;
+            while index.search_window().is_none() {
+                let q = &queries.data[(i % nq) * queries.dim..(i % nq + 1) * queries.dim];
+                index
+                    .search(&mut reader, q, params, casr)
+                    .map_err(|e| e.to_string())?;
+                i += 1;
+            }
+        }
+        rows.push(run_queries(
+            &index,
+            &queries.data,
+            queries.dim,
+            &gt,
+            params,
+            casr,
+            threads,
+        )?);
+        rows.last_mut().unwrap().window = index.search_window();
+    }
+    println!("| L | recall@{k} | QPS | p50 µs | p99 µs | hops | edge pages/q | vector loads/q | CASR w | loads/rerank | explored | loads/explored | bytes/q | PQ dists/q |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    for r in &rows {
+        let c = &r.c;
+        println!(
+            "| {} | {:.4} | {:.0} | {:.0} | {:.0} | {:.1} | {:.1} | {:.1} | {} | {:.1} | {:.1} | {:.3} | {:.0} | {:.0} |",
+            r.list,
+            r.recall,
+            r.qps,
+            r.p50_us,
+            r.p99_us,
+            c.per_query(c.hops),
+            c.per_query(c.edge_pages_read),
+            c.per_query(c.vector_loads()),
+            match (casr, base.packed) {
+                (_, true) => "-".to_string(),
+                (CasrSetting::Off, _) => "off".to_string(),
+                (CasrSetting::Window(w), _) => w.to_string(),
+                (CasrSetting::Auto, _) => r.window.map_or("?".into(), |w| w.to_string()),
+            },
+            c.loads_per_rerank(),
+            c.explored_per_rerank(),
+            c.rerank_load_fraction(),
+            c.per_query(c.bytes_read),
+            c.per_query(c.pq_distances),
+        );
+    }
+    Ok(())
+}
+
+fn run_queries(
+    index: &Index,
+    queries: &[f32],
+    dim: usize,
+    gt: &navis_engine::dataset::GroundTruth,
+    params: SearchParams,
+    casr: CasrSetting,
+    threads: usize,
+) -> Result<Row> {
+    let nq = queries.len() / dim;
+    let threads = threads.clamp(1, nq.max(1));
+    let started = Instant::now();
+    let parts: Vec<Result<(Vec<(usize, Vec<VertexId>, Duration)>, SearchCounters)>> =
+        std::thread::scope(|s| {
+            let handles: Vec<_> = (0..threads)
+                .map(|t| {
+                    s.spawn(move || {
+                        let mut reader = index.reader().map_err(|e| e.to_string())?;
+                        let mut total = SearchCounters::default();
+                        let mut out = Vec::new();
+                        for qi in (t..nq).step_by(threads) {
+                            let q = &queries[qi * dim..(qi + 1) * dim];
+                            let t0 = Instant::now();
+                            let (hits, c) = index
+                                .search(&mut reader, q, params, casr)
+                                .map_err(|e| e.to_string())?;
+                            out.push((qi, hits.iter().map(|h| h.id).collect(), t0.elapsed()));
+                            total.merge(&c);
+                        }
+                        Ok((out, total))
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("search thread panicked"))
+                .collect()
+        });
+    let elapsed = started.elapsed();
+    let mut found = vec![Vec::new(); nq];
+    let mut latencies = Vec::with_capacity(nq);
+    let mut total = SearchCounters::default();
+    for part in parts {
+        let (out, c) = part?;
+        total.merge(&c);
+        for (qi, ids, t) in out {
+            found[qi] = ids;
+            latencies.push(t);
+        }
+    }
+    let k = params.k;
+    let mut hit = 0;
+    for (qi, ids) in found.iter().enumerate() {
+        let truth = gt.neighbors(qi);
+        let truth = &truth[..k.min(truth.len())];
+        hit += ids.iter().take(k).filter(|id| truth.contains(id)).count();
+    }
+    latencies.sort();
+    let pct = |p: f64| {
+        latencies[((latencies.len() as f64 * p) as usize).min(latencies.len() - 1)].as_secs_f64()
+            * 1e6
+    };
+    Ok(Row {
+        list: params.list,
+        recall: hit as f64 / (nq * k) as f64,
+        qps: nq as f64 / elapsed.as_secs_f64(),
+        p50_us: pct(0.5),
+        p99_us: pct(0.99),
+        c: total,
+        window: None,
+    })
+}
+
+fn cmd_distances(a: &Args) -> Result<()> {
+    let iters: usize = a.num("iters", 50_000)?;
+    let scalar = Kernels::scalar();
+    let simd = Kernels::avx2();
+    println!(
+        "| dim | scalar l2 ns | {} l2 ns | speedup | scalar dot ns | {} dot ns | speedup |",
+        simd.map_or("simd", |k| k.kind.name()),
+        simd.map_or("simd", |k| k.kind.name())
+    );
+    println!("|---|---|---|---|---|---|---|");
+    for dim in [128usize, 384, 768, 1536] {
+        let a: Vec<f32> = (0..dim).map(|i| (i as f32 * 0.37).sin()).collect();
+        let b: Vec<f32> = (0..dim).map(|i| (i as f32 * 0.11).cos()).collect();
+        let n = (iters * 128 / dim).max(1000);
+        // Best of 7 rounds: the machine is shared, and the minimum is the least disturbed run.
+        let time = |f: &dyn Fn(&[f32], &[f32]) -> f32| -> f64 {
+            (0..7)
+                .map(|_| {
+                    let mut acc = 0.0f32;
+                    let t0 = Instant::now();
+                    for _ in 0..n {
+                        acc += f(std::hint::black_box(&a), std::hint::black_box(&b));
+                    }
+                    std::hint::black_box(acc);
+                    t0.elapsed().as_secs_f64() * 1e9 / n as f64
+                })
+                .fold(f64::INFINITY, f64::min)
+        };
+        let sl2 = time(&|x, y| scalar.l2_squared(x, y));
+        let sdot = time(&|x, y| scalar.dot(x, y));
+        match simd {
+            Some(k) => {
+                let vl2 = time(&|x, y| k.l2_squared(x, y));
+                let vdot = time(&|x, y| k.dot(x, y));
+                println!(
+                    "| {dim} | {sl2:.1} | {vl2:.1} | {:.2}× | {sdot:.1} | {vdot:.1} | {:.2}× |",
+                    sl2 / vl2,
+                    sdot / vdot
+                );
+            }
+            None => println!("| {dim} | {sl2:.1} | n/a | n/a | {sdot:.1} | n/a | n/a |"),
+        }
+    }
+    let _ = peak_rss_bytes();
+    Ok(())
 }
