@@ -1,0 +1,240 @@
+//! RobustPrune: choose a vertex's out-neighbours from a candidate pool (DiskANN/Vamana).
+//!
+//! A candidate `t` is dropped ("occluded") when an already chosen neighbour `s` stands in
+//! for it: `alpha * d(s, t) <= d(p, t)`, i.e. a search that reaches `s` will find `t` at
+//! least as easily as one that goes through `p`. `alpha > 1` keeps some longer edges that
+//! plain occlusion (`alpha = 1`) would drop, which is what lets greedy search cross the
+//! graph in few hops.
+//!
+//! The pool is scanned in rounds with a rising `alpha` (1, 1.2, 1.44, ... capped at the
+//! configured value), as DiskANN's `occlude_list` does: the strict `alpha = 1` choices come
+//! first and the longer edges only fill what degree is left.
+//!
+//! Distances are whatever the caller ranks by (`Metric::search_distance`: squared L2, or
+//! the negative inner product). The ratio form of the rule only means something for
+//! non-negative distances, so:
+//!
+//! * when both `d(p, t)` and `d(s, t)` are `>= 0` the alpha rule above applies;
+//! * otherwise (inner product, where distances are usually negative) `alpha` is ignored
+//!   and `t` is occluded exactly when `d(s, t) <= d(p, t)`, i.e. `t` is at least as similar
+//!   to `s` as to `p`. Scaling a negative number by `alpha` would *tighten* the rule for
+//!   larger `alpha` and flip its meaning across zero, so plain occlusion is the only
+//!   reading that stays monotone. For inner-product indexes the pruned graph therefore
+//!   behaves like an `alpha = 1` (HNSW-heuristic) graph.
+//!
+//! The distance between two candidates comes from a caller closure, because the insert
+//! path prunes with exact vectors for the candidates CASR loaded and PQ-reconstructed
+//! ("deflated") vectors for the others.
+
+use crate::VertexId;
+
+/// How much `alpha` grows per round; DiskANN's value.
+const ALPHA_STEP: f32 = 1.2;
+
+/// Chooses at most `max_degree` neighbours for a point `p` out of `candidates`, each given
+/// as `(vertex, d(p, vertex))`. Returns them closest first.
+///
+/// `candidates` is sorted by distance (ties by id, so the result is deterministic) and
+/// de-duplicated in place; the caller must not include `p` itself. `alpha` below 1 or
+/// not finite is treated as 1. `dist_between(a, b)` is called only for pairs of
+/// candidates and only while the answer can still change the result.
+pub fn robust_prune(
+    candidates: &mut Vec<(VertexId, f32)>,
+    alpha: f32,
+    max_degree: usize,
+    mut dist_between: impl FnMut(VertexId, VertexId) -> f32,
+) -> Vec<VertexId> {
+    sort_and_dedup(candidates);
+    if max_degree == 0 || candidates.is_empty() {
+        return Vec::new();
+    }
+    let alpha = if alpha.is_finite() && alpha >= 1.0 {
+        alpha
+    } else {
+        1.0
+    };
+    let n = candidates.len();
+    // Per candidate: the largest factor found so far against chosen neighbours, and how
+    // many entries of `chosen` (in choice order) it has been compared with. Comparing
+    // lazily, and stopping at the first neighbour that occludes it in the current round,
+    // saves most distance computations over DiskANN's eager update of every candidate
+    // after each choice; the result is the same, because a candidate's eligibility in a
+    // round only depends on the chosen neighbours that precede it in distance order.
+    let mut occlusion = vec![0.0f32; n];
+    let mut compared = vec![0u32; n];
+    let mut is_chosen = vec![false; n];
+    let mut chosen: Vec<usize> = Vec::with_capacity(max_degree.min(n));
+    let mut round_alpha = 1.0f32;
+    loop {
+        for t in 0..n {
+            if chosen.len() >= max_degree {
+                break;
+            }
+            if is_chosen[t] || occlusion[t] >= round_alpha {
+                continue;
+            }
+            let (t_id, d_pt) = candidates[t];
+            while (compared[t] as usize) < chosen.len() && occlusion[t] < round_alpha {
+                let s = chosen[compared[t] as usize];
+                compared[t] += 1;
+                if s < t {
+                    let d_st = dist_between(candidates[s].0, t_id);
+                    occlusion[t] = occlusion[t].max(occlusion_factor(d_pt, d_st));
+                }
+            }
+            if occlusion[t] < round_alpha {
+                is_chosen[t] = true;
+                chosen.push(t);
+            }
+        }
+        if round_alpha >= alpha || chosen.len() >= max_degree {
+            break;
+        }
+        round_alpha = (round_alpha * ALPHA_STEP).min(alpha);
+    }
+    chosen.sort_unstable();
+    chosen.into_iter().map(|i| candidates[i].0).collect()
+}
+
+/// The largest alpha at which `s` occludes `t`, given `d(p, t)` and `d(s, t)`: `t` is
+/// occluded in a round with alpha `a` iff the factor is `>= a`. See the module comment for
+/// the signed case.
+pub fn occlusion_factor(d_pt: f32, d_st: f32) -> f32 {
+    if d_pt >= 0.0 && d_st >= 0.0 {
+        if d_st == 0.0 {
+            // `t` coincides with a chosen neighbour: it adds nothing.
+            f32::INFINITY
+        } else {
+            d_pt / d_st
+        }
+    } else if d_st <= d_pt {
+        f32::INFINITY
+    } else {
+        0.0
+    }
+}
+
+/// Sorts by distance then id and keeps the first (closest) entry of each id.
+fn sort_and_dedup(candidates: &mut Vec<(VertexId, f32)>) {
+    candidates.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)));
+    candidates.dedup_by_key(|c| c.0);
+    candidates.sort_unstable_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sq(a: [f32; 2], b: [f32; 2]) -> f32 {
+        (a[0] - b[0]).powi(2) + (a[1] - b[1]).powi(2)
+    }
+
+    /// Prunes the points `pts[1..]` around `pts[0]` with squared L2.
+    fn prune_points(pts: &[[f32; 2]], alpha: f32, r: usize) -> Vec<VertexId> {
+        let mut cands: Vec<(VertexId, f32)> = (1..pts.len())
+            .map(|i| (i as VertexId, sq(pts[0], pts[i])))
+            .collect();
+        robust_prune(&mut cands, alpha, r, |a, b| {
+            sq(pts[a as usize], pts[b as usize])
+        })
+    }
+
+    #[test]
+    fn collinear_points_keep_only_the_nearest_with_alpha_one() {
+        // p at the origin, candidates on a line to the right: each is occluded by the first.
+        let pts = [[0.0, 0.0], [1.0, 0.0], [2.0, 0.0], [3.0, 0.0]];
+        assert_eq!(prune_points(&pts, 1.0, 10), vec![1]);
+    }
+
+    #[test]
+    fn points_in_different_directions_all_survive() {
+        let pts = [[0.0, 0.0], [1.0, 0.0], [0.0, 1.0], [-1.0, 0.0], [0.0, -2.0]];
+        assert_eq!(prune_points(&pts, 1.0, 10), vec![1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn alpha_keeps_a_longer_edge_that_plain_occlusion_drops() {
+        // t = (2, 1.2): d(p,t) = 5.44, d(s,t) = 2.44 with s = (1, 0); ratio 2.23.
+        // u = (1.6, 1.5): d(p,u) = 4.81, d(s,u) = 2.61; ratio 1.84.
+        // With alpha = 1 both are occluded by s; with alpha = 2 both survive.
+        let pts = [[0.0, 0.0], [1.0, 0.0], [2.0, 1.2], [1.6, 1.5]];
+        assert_eq!(prune_points(&pts, 1.0, 10), vec![1]);
+        let kept = prune_points(&pts, 2.0, 10);
+        assert_eq!(kept[0], 1);
+        assert!(kept.contains(&3), "{kept:?}");
+        // alpha 2.0 is below t's ratio 2.23 w.r.t. s, so t stays occluded.
+        assert!(!kept.contains(&2), "{kept:?}");
+        // Past t's ratio, t is released from s but u, right next to it, now occludes it.
+        assert_eq!(prune_points(&pts, 2.5, 10), vec![1, 3]);
+    }
+
+    #[test]
+    fn degree_limit_keeps_the_closest_survivors() {
+        let pts = [[0.0, 0.0], [1.0, 0.0], [0.0, 1.1], [-1.2, 0.0], [0.0, -1.3]];
+        assert_eq!(prune_points(&pts, 1.2, 2), vec![1, 2]);
+        assert!(prune_points(&pts, 1.2, 0).is_empty());
+    }
+
+    #[test]
+    fn strict_round_is_preferred_over_alpha_round() {
+        // With room for only two, the alpha=1 survivor (direction -x) must beat the
+        // alpha-only survivor u even though u is closer to p.
+        let pts = [[0.0, 0.0], [1.0, 0.0], [1.6, 1.5], [-3.0, 0.0]];
+        assert_eq!(prune_points(&pts, 2.0, 2), vec![1, 3]);
+    }
+
+    #[test]
+    fn duplicates_and_coincident_points_are_removed() {
+        let pts = [[0.0, 0.0], [1.0, 0.0], [1.0, 0.0], [0.0, 1.0]];
+        let mut cands = vec![(1, 1.0), (3, 1.0), (1, 1.0), (2, 1.0)];
+        let kept = robust_prune(&mut cands, 1.2, 10, |a, b| {
+            sq(pts[a as usize], pts[b as usize])
+        });
+        // 1 and 2 coincide: the tie goes to the smaller id.
+        assert_eq!(kept, vec![1, 3]);
+        assert_eq!(cands.len(), 3, "duplicate id removed from the pool");
+    }
+
+    #[test]
+    fn empty_pool_and_bad_alpha() {
+        let mut empty = Vec::new();
+        assert!(robust_prune(&mut empty, 1.2, 4, |_, _| 0.0).is_empty());
+        let pts = [[0.0, 0.0], [1.0, 0.0], [2.0, 0.0]];
+        // NaN alpha behaves as 1.
+        assert_eq!(prune_points(&pts, f32::NAN, 10), vec![1]);
+    }
+
+    #[test]
+    fn inner_product_uses_plain_occlusion() {
+        // Negative dot products as distances. p = (1, 0).
+        let vecs = [[1.0f32, 0.0], [0.9, 0.1], [0.8, 0.2], [0.0, 1.0]];
+        let nd = |a: [f32; 2], b: [f32; 2]| -(a[0] * b[0] + a[1] * b[1]);
+        let mut cands: Vec<(VertexId, f32)> = (1..4)
+            .map(|i| (i as VertexId, nd(vecs[0], vecs[i])))
+            .collect();
+        let kept = robust_prune(&mut cands, 1.2, 10, |a, b| {
+            nd(vecs[a as usize], vecs[b as usize])
+        });
+        // dot(1, 2) = 0.74 < dot(p, 2) = 0.8: 2 is closer to p than to 1, so it stays.
+        // dot(1, 3) = 0.1 > dot(p, 3) = 0: 3 is closer to 1 than to p, so it is occluded.
+        assert_eq!(kept, vec![1, 2]);
+        // The result does not depend on alpha for negative distances.
+        let mut again: Vec<(VertexId, f32)> = (1..4)
+            .map(|i| (i as VertexId, nd(vecs[0], vecs[i])))
+            .collect();
+        let strict = robust_prune(&mut again, 1.0, 10, |a, b| {
+            nd(vecs[a as usize], vecs[b as usize])
+        });
+        assert_eq!(strict, kept);
+    }
+
+    #[test]
+    fn occlusion_factor_cases() {
+        assert_eq!(occlusion_factor(4.0, 2.0), 2.0);
+        assert_eq!(occlusion_factor(1.0, 0.0), f32::INFINITY);
+        assert_eq!(occlusion_factor(0.0, 1.0), 0.0);
+        assert_eq!(occlusion_factor(-0.5, -0.7), f32::INFINITY);
+        assert_eq!(occlusion_factor(-0.7, -0.5), 0.0);
+        assert_eq!(occlusion_factor(0.5, -0.1), f32::INFINITY);
+    }
+}
