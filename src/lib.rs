@@ -1,1 +1,43 @@
-//! placeholder
+//! navis: the PostgreSQL layer.
+//!
+//! This crate is deliberately thin. It turns PostgreSQL things (arrays, relations, GUCs,
+//! reloptions, shared memory) into calls on the `navis-engine` crate, which holds every
+//! algorithm and file format. See `docs/architecture.md` for the map.
+
+use pgrx::prelude::*;
+
+mod am;
+mod errors;
+mod guc;
+mod options;
+mod shmem;
+mod vector_sql;
+
+::pgrx::pg_module_magic!(name, version);
+
+/// Called when the library is loaded: by `shared_preload_libraries` in the postmaster, or on
+/// first use in a backend when it was not preloaded.
+#[pg_guard]
+pub extern "C-unwind" fn _PG_init() {
+    guc::register();
+    options::register();
+    shmem::request_if_preloading();
+}
+
+#[cfg(any(test, feature = "pg_test"))]
+#[pg_schema]
+mod tests {
+    // The PostgreSQL-facing tests live in pg_test/ next to the SQL regression suite.
+    include!("../pg_test/pgrx_tests.rs");
+}
+
+/// Required by `cargo pgrx test`; must be at the crate root.
+#[cfg(test)]
+pub mod pg_test {
+    pub fn setup(_options: Vec<&str>) {}
+
+    #[must_use]
+    pub fn postgresql_conf_options() -> Vec<&'static str> {
+        vec!["shared_preload_libraries = 'navis'"]
+    }
+}

@@ -29,8 +29,9 @@ impl fmt::Display for VectorError {
             }
             VectorError::NotFinite { index, value } => write!(
                 f,
-                "vector element {} is {value}; NaN and infinity are not allowed",
-                index + 1
+                "vector element {} is {}; NaN and infinity are not allowed",
+                index + 1,
+                sql_spelling(*value)
             ),
             VectorError::DimensionMismatch { left, right } => {
                 write!(f, "different vector dimensions {left} and {right}")
@@ -40,6 +41,19 @@ impl fmt::Display for VectorError {
 }
 
 impl std::error::Error for VectorError {}
+
+/// How PostgreSQL prints a non-finite float, so messages match what users typed.
+fn sql_spelling(value: f32) -> String {
+    if value.is_nan() {
+        "NaN".into()
+    } else if value == f32::INFINITY {
+        "Infinity".into()
+    } else if value == f32::NEG_INFINITY {
+        "-Infinity".into()
+    } else {
+        value.to_string()
+    }
+}
 
 /// Checks one vector: non-empty, at most [`MAX_DIM`] elements, every element finite.
 pub fn validate(v: &[f32]) -> Result<(), VectorError> {
@@ -99,7 +113,7 @@ mod tests {
     #[test]
     fn messages_name_the_problem() {
         let e = validate(&[1.0, 2.0, f32::NEG_INFINITY]).unwrap_err().to_string();
-        assert_eq!(e, "vector element 3 is -inf; NaN and infinity are not allowed");
+        assert_eq!(e, "vector element 3 is -Infinity; NaN and infinity are not allowed");
         let e = validate_pair(&[1.0], &[1.0, 2.0]).unwrap_err().to_string();
         assert_eq!(e, "different vector dimensions 1 and 2");
     }

@@ -1,0 +1,50 @@
+-- The navis access method, its operator classes, index options and settings.
+CREATE EXTENSION navis;
+SELECT amname, amtype FROM pg_am WHERE amname = 'navis';
+SELECT c.opcname, c.opcdefault, o.oprname, ao.amoppurpose
+FROM pg_opclass c
+JOIN pg_amop ao ON ao.amopfamily = c.opcfamily
+JOIN pg_operator o ON o.oid = ao.amopopr
+WHERE c.opcmethod = (SELECT oid FROM pg_am WHERE amname = 'navis')
+ORDER BY c.opcname;
+SELECT preloaded, layout_version, vertex_lock_stripes FROM navis_shared_memory();
+CREATE TABLE items (id int, embedding real[]);
+-- until the build lands, CREATE INDEX checks everything and then says so
+CREATE INDEX ON items USING navis (embedding);
+INSERT INTO items SELECT i, ARRAY[i, i + 1, i + 2]::real[] FROM generate_series(1, 100) i;
+INSERT INTO items VALUES (101, NULL);
+CREATE INDEX ON items USING navis (embedding);
+CREATE INDEX ON items USING navis (embedding navis_ip_ops);
+INSERT INTO items VALUES (102, '{0,0,0}');
+CREATE INDEX ON items USING navis (embedding navis_cosine_ops);
+-- index options: ranges are checked by PostgreSQL, combinations by navis
+CREATE INDEX ON items USING navis (embedding) WITH (max_degree = 4);
+CREATE INDEX ON items USING navis (embedding) WITH (max_degree = 1000);
+CREATE INDEX ON items USING navis (embedding) WITH (alpha = 0.5);
+CREATE INDEX ON items USING navis (embedding) WITH (entrance_ratio = 0.9);
+CREATE INDEX ON items USING navis (embedding) WITH (no_such_option = 1);
+CREATE INDEX ON items USING navis (embedding) WITH (max_degree = 64, build_list = 32);
+CREATE INDEX ON items USING navis (embedding) WITH (pq_bytes = 4);
+CREATE INDEX ON items USING navis (embedding) WITH (max_degree = 64, build_list = 100, alpha = 1.3, pq_bytes = 3, entrance_ratio = 0.02, entrance_degree = 16);
+-- rows that cannot be indexed are named by their TID
+INSERT INTO items VALUES (103, '{1,2,3,4}');
+CREATE INDEX ON items USING navis (embedding);
+DELETE FROM items WHERE id = 103;
+INSERT INTO items VALUES (104, '{1,NaN,3}');
+CREATE INDEX ON items USING navis (embedding);
+DELETE FROM items WHERE id = 104;
+INSERT INTO items VALUES (105, '{1,NULL,3}');
+CREATE INDEX ON items USING navis (embedding);
+DELETE FROM items WHERE id = 105;
+-- columns of other types have no navis operator class
+CREATE INDEX ON items USING navis (id);
+-- the planner never picks a navis path for plain filters (no index exists to pick yet)
+EXPLAIN (COSTS OFF) SELECT id FROM items ORDER BY embedding <-> '{1,2,3}' LIMIT 5;
+-- settings: paper defaults, range checks, reserved prefix
+SELECT name, setting, min_val, max_val FROM pg_settings WHERE name LIKE 'navis.%' ORDER BY name;
+SET navis.search_list = 0;
+SET navis.beam_width = 65;
+SET navis.casr_percentile_insert = 101;
+SET navis.serch_list = 10;
+SET navis.search_list = 80;
+SHOW navis.search_list;

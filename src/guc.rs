@@ -1,0 +1,80 @@
+//! `navis.*` settings for query time and insert time.
+//!
+//! Defaults follow the NAVIS paper (digest §1.9). Build-time parameters are index options
+//! instead (see `options.rs`), because they are fixed once the index exists.
+
+use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting};
+
+/// `navis.search_list`: |E_search|, candidates kept during a search (paper: 40).
+pub static SEARCH_LIST: GucSetting<i32> = GucSetting::<i32>::new(40);
+/// `navis.insert_list`: |E_pos|, candidates kept while an insert seeks its position (paper: 100).
+pub static INSERT_LIST: GucSetting<i32> = GucSetting::<i32>::new(100);
+/// `navis.beam_width`: edge pages read per traversal hop (paper: 4).
+pub static BEAM_WIDTH: GucSetting<i32> = GucSetting::<i32>::new(4);
+/// `navis.entry_points`: search list on the entrance graph, i.e. entry points (paper: 10).
+pub static ENTRY_POINTS: GucSetting<i32> = GucSetting::<i32>::new(10);
+/// `navis.rerank_top_k`: K whose stability ends a CASR rerank (paper: 10).
+pub static RERANK_TOP_K: GucSetting<i32> = GucSetting::<i32>::new(10);
+/// `navis.casr_percentile_search`: percentile of warm-up windows used for searches (README: 100).
+pub static CASR_PERCENTILE_SEARCH: GucSetting<f64> = GucSetting::<f64>::new(100.0);
+/// `navis.casr_percentile_insert`: the same for inserts (README: 90).
+pub static CASR_PERCENTILE_INSERT: GucSetting<f64> = GucSetting::<f64>::new(90.0);
+/// `navis.casr_warmup`: reranks per path used to calibrate the CASR window (README: 1000).
+pub static CASR_WARMUP: GucSetting<i32> = GucSetting::<i32>::new(1000);
+/// `navis.casr`: switch CASR off to rerank every explored candidate (ablation).
+pub static CASR_ENABLED: GucSetting<bool> = GucSetting::<bool>::new(true);
+/// `navis.max_scan_tuples`: bound on rows an ordered scan may produce when the executor keeps
+/// asking for more (LIMIT above the list, or a selective WHERE), like `hnsw.max_scan_tuples`.
+pub static MAX_SCAN_TUPLES: GucSetting<i32> = GucSetting::<i32>::new(20_000);
+
+/// Registers every setting. Called once from `_PG_init`.
+pub fn register() {
+    int(c"navis.search_list", c"Size of the candidate list kept by a navis search (|E_search|).",
+        c"Larger values raise recall and cost. The NAVIS paper uses 40.", &SEARCH_LIST, 1, 10_000);
+    int(c"navis.insert_list", c"Size of the candidate list used by a navis insert to find its neighbours (|E_pos|).",
+        c"Larger values improve graph quality and slow inserts. The NAVIS paper uses 100.", &INSERT_LIST, 10, 10_000);
+    int(c"navis.beam_width", c"Edge pages read per traversal hop in navis searches and inserts.",
+        c"The NAVIS paper uses 4.", &BEAM_WIDTH, 1, 64);
+    int(c"navis.entry_points", c"Search list on the in-memory entrance graph, i.e. the number of entry points.",
+        c"The NAVIS paper uses 10.", &ENTRY_POINTS, 1, 1_000);
+    int(c"navis.rerank_top_k", c"K whose stability ends a convergence-aware rerank (CASR).",
+        c"Reranking stops once the exact top-K has not changed for a calibrated number of loads. The NAVIS paper uses 10.",
+        &RERANK_TOP_K, 1, 1_000);
+    real(c"navis.casr_percentile_search", c"Percentile of warm-up windows that sets the CASR window for searches.",
+        c"100 takes the largest window seen during warm-up (NAVIS default).", &CASR_PERCENTILE_SEARCH, 1.0, 100.0);
+    real(c"navis.casr_percentile_insert", c"Percentile of warm-up windows that sets the CASR window for inserts.",
+        c"NAVIS default 90.", &CASR_PERCENTILE_INSERT, 1.0, 100.0);
+    int(c"navis.casr_warmup", c"Reranks per path that load every candidate to calibrate the CASR window.",
+        c"NAVIS default 1000.", &CASR_WARMUP, 1, 1_000_000);
+    GucRegistry::define_bool_guc(c"navis.casr", c"Use convergence-aware speculative reranking (CASR).",
+        c"Off reranks every explored candidate; for ablation measurements.", &CASR_ENABLED,
+        GucContext::Userset, GucFlags::default());
+    int(c"navis.max_scan_tuples", c"Maximum rows a navis index scan returns when the executor keeps asking for more.",
+        c"Bounds the work of LIMIT above the search list and of selective filters.", &MAX_SCAN_TUPLES, 1, i32::MAX);
+    // Unknown navis.* names (typos such as navis.serch_list) become errors instead of
+    // silently creating placeholder settings.
+    // SAFETY: called from _PG_init with a NUL-terminated static string.
+    unsafe { pgrx::pg_sys::MarkGUCPrefixReserved(c"navis".as_ptr()) };
+}
+
+fn int(
+    name: &'static std::ffi::CStr,
+    short: &'static std::ffi::CStr,
+    long: &'static std::ffi::CStr,
+    setting: &'static GucSetting<i32>,
+    min: i32,
+    max: i32,
+) {
+    GucRegistry::define_int_guc(name, short, long, setting, min, max, GucContext::Userset, GucFlags::default());
+}
+
+fn real(
+    name: &'static std::ffi::CStr,
+    short: &'static std::ffi::CStr,
+    long: &'static std::ffi::CStr,
+    setting: &'static GucSetting<f64>,
+    min: f64,
+    max: f64,
+) {
+    GucRegistry::define_float_guc(name, short, long, setting, min, max, GucContext::Userset, GucFlags::default());
+}

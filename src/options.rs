@@ -1,0 +1,181 @@
+//! Index options (reloptions): the build-time parameters of a navis index.
+//!
+//! `CREATE INDEX ... USING navis (embedding) WITH (max_degree = 64, pq_bytes = 96)`.
+//! PostgreSQL checks each value against the ranges registered here when the index is
+//! created or altered; [`BuildOptions::validate_for`] then checks what depends on the data
+//! (dimensions), because only the build knows them.
+
+use crate::errors::raise;
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+use pgrx::PgSqlErrorCode;
+use std::ffi::CStr;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// On-disk layout of the parsed options (a varlena built by `build_reloptions`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct RawOptions {
+    vl_len_: i32,
+    max_degree: i32,
+    build_list: i32,
+    alpha: f64,
+    pq_bytes: i32,
+    entrance_ratio: f64,
+    entrance_degree: i32,
+}
+
+/// Build parameters with defaults applied.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BuildOptions {
+    /// R: maximum out-degree of the graph (paper: 96).
+    pub max_degree: u32,
+    /// L: candidate list during graph build (NAVIS release: 128).
+    pub build_list: u32,
+    /// α of RobustPrune (paper: 1.2).
+    pub alpha: f32,
+    /// Bytes per PQ code; 0 picks a size from the dimension at build time.
+    pub pq_bytes: u32,
+    /// r_ent: share of vertices in the entrance graph (paper: 0.01).
+    pub entrance_ratio: f64,
+    /// R_ent: maximum degree inside the entrance graph (paper: 32).
+    pub entrance_degree: u32,
+}
+
+impl Default for BuildOptions {
+    fn default() -> Self {
+        BuildOptions {
+            max_degree: 96,
+            build_list: 128,
+            alpha: 1.2,
+            pq_bytes: 0,
+            entrance_ratio: 0.01,
+            entrance_degree: 32,
+        }
+    }
+}
+
+struct IntOption {
+    name: &'static CStr,
+    desc: &'static CStr,
+    default: i32,
+    min: i32,
+    max: i32,
+}
+
+struct RealOption {
+    name: &'static CStr,
+    desc: &'static CStr,
+    default: f64,
+    min: f64,
+    max: f64,
+}
+
+const INT_OPTIONS: [IntOption; 4] = [
+    IntOption { name: c"max_degree", desc: c"Maximum out-degree R of the navis graph", default: 96, min: 8, max: 256 },
+    IntOption { name: c"build_list", desc: c"Candidate list L used while building the graph", default: 128, min: 10, max: 2_000 },
+    IntOption { name: c"pq_bytes", desc: c"Bytes per product-quantization code (0 = choose from the dimension)", default: 0, min: 0, max: 2_048 },
+    IntOption { name: c"entrance_degree", desc: c"Maximum degree inside the in-memory entrance graph", default: 32, min: 4, max: 128 },
+];
+
+const REAL_OPTIONS: [RealOption; 2] = [
+    RealOption { name: c"alpha", desc: c"Pruning factor alpha of RobustPrune", default: 1.2, min: 1.0, max: 2.0 },
+    RealOption { name: c"entrance_ratio", desc: c"Share of vertices kept in the in-memory entrance graph", default: 0.01, min: 0.0001, max: 0.5 },
+];
+
+/// The relopt kind PostgreSQL assigned to navis, set once in `_PG_init`.
+static RELOPT_KIND: AtomicU32 = AtomicU32::new(0);
+
+/// Registers the options. Called once from `_PG_init`.
+pub fn register() {
+    // SAFETY: plain calls into PostgreSQL's reloption registry during library load, with
+    // static NUL-terminated names; no PostgreSQL state is borrowed across them.
+    unsafe {
+        let kind = pg_sys::add_reloption_kind();
+        RELOPT_KIND.store(kind, Ordering::Relaxed);
+        let lock = pg_sys::AccessExclusiveLock as pg_sys::LOCKMODE;
+        for o in &INT_OPTIONS {
+            pg_sys::add_int_reloption(kind, o.name.as_ptr(), o.desc.as_ptr(), o.default, o.min, o.max, lock);
+        }
+        for o in &REAL_OPTIONS {
+            pg_sys::add_real_reloption(kind, o.name.as_ptr(), o.desc.as_ptr(), o.default, o.min, o.max, lock);
+        }
+    }
+}
+
+fn parse_table() -> [pg_sys::relopt_parse_elt; 6] {
+    use pg_sys::relopt_type::{RELOPT_TYPE_INT as INT, RELOPT_TYPE_REAL as REAL};
+    let elt = |name: &'static CStr, opttype, offset: usize| pg_sys::relopt_parse_elt {
+        optname: name.as_ptr(),
+        opttype,
+        offset: offset as i32,
+    };
+    [
+        elt(c"max_degree", INT, std::mem::offset_of!(RawOptions, max_degree)),
+        elt(c"build_list", INT, std::mem::offset_of!(RawOptions, build_list)),
+        elt(c"pq_bytes", INT, std::mem::offset_of!(RawOptions, pq_bytes)),
+        elt(c"entrance_degree", INT, std::mem::offset_of!(RawOptions, entrance_degree)),
+        elt(c"alpha", REAL, std::mem::offset_of!(RawOptions, alpha)),
+        elt(c"entrance_ratio", REAL, std::mem::offset_of!(RawOptions, entrance_ratio)),
+    ]
+}
+
+/// `amoptions`: parses and (when `validate`) range-checks the WITH (...) list.
+#[pg_guard]
+pub unsafe extern "C-unwind" fn amoptions(reloptions: pg_sys::Datum, validate: bool) -> *mut pg_sys::bytea {
+    let table = parse_table();
+    // SAFETY: the parse table describes RawOptions exactly (offsets from offset_of!, types
+    // matching the registered options), and build_reloptions allocates the struct itself.
+    unsafe {
+        pg_sys::build_reloptions(
+            reloptions,
+            validate,
+            RELOPT_KIND.load(Ordering::Relaxed),
+            std::mem::size_of::<RawOptions>(),
+            table.as_ptr(),
+            table.len() as i32,
+        ) as *mut pg_sys::bytea
+    }
+}
+
+impl BuildOptions {
+    /// Reads the options of an open index relation, defaults where none were given.
+    pub fn of_index(index: pg_sys::Relation) -> BuildOptions {
+        // SAFETY: `index` is an open relation; rd_options is either NULL or the struct our
+        // amoptions produced for it.
+        let raw = unsafe { ((*index).rd_options as *const RawOptions).as_ref() };
+        match raw {
+            None => BuildOptions::default(),
+            Some(r) => BuildOptions {
+                max_degree: r.max_degree as u32,
+                build_list: r.build_list as u32,
+                alpha: r.alpha as f32,
+                pq_bytes: r.pq_bytes as u32,
+                entrance_ratio: r.entrance_ratio,
+                entrance_degree: r.entrance_degree as u32,
+            },
+        }
+    }
+
+    /// Checks the combinations that single-option ranges cannot express, for vectors of
+    /// `dim` dimensions. Raises `ERROR` naming the option to change.
+    pub fn validate_for(&self, dim: usize) {
+        if self.build_list < self.max_degree {
+            raise(
+                PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+                format!(
+                    "build_list ({}) must be at least max_degree ({})",
+                    self.build_list, self.max_degree
+                ),
+                Some("Raise build_list or lower max_degree in WITH (...)."),
+            )
+        }
+        if self.pq_bytes as usize > dim {
+            raise(
+                PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+                format!("pq_bytes ({}) cannot exceed the vector dimension ({dim})", self.pq_bytes),
+                Some("Use pq_bytes = 0 to choose automatically, or a value up to the dimension."),
+            )
+        }
+    }
+}
