@@ -132,22 +132,15 @@ pub fn greedy_placement_with(
     let pages = adjacency.len().div_ceil(slots_per_page);
     if refine_passes > 0 {
         let incoming = reverse_adjacency(adjacency);
-        let mut members = vec![Vec::with_capacity(slots_per_page); pages];
-        for (v, &p) in page_of.iter().enumerate() {
-            members[p as usize].push(v as VertexId);
-        }
+        let mut refiner = Refiner::new(adjacency, &incoming, page_of, pages, slots_per_page);
         for _ in 0..refine_passes {
-            if neighbour_frequency_pass(
-                adjacency,
-                &incoming,
-                &mut page_of,
-                &mut members,
-                slots_per_page,
-            ) == 0
-            {
+            // A pass that changes almost nothing is not worth repeating: each costs a scan of
+            // every neighbour list.
+            if refiner.pass() <= adjacency.len() / 1000 {
                 break;
             }
         }
+        page_of = refiner.page_of;
     }
     Ok(assign_slots(page_of, pages))
 }
@@ -268,90 +261,133 @@ fn links_to_page(
         .count() as i64
 }
 
-/// Edges between `u` and `w` in either direction.
-fn links_between(
-    u: usize,
-    w: VertexId,
-    adjacency: &[Vec<VertexId>],
-    incoming: &[Vec<VertexId>],
-) -> i64 {
-    adjacency[u]
-        .iter()
-        .chain(&incoming[u])
-        .filter(|&&v| v == w)
-        .count() as i64
+/// State of the BNF refinement. `internal[v]` caches how many of v's out- and in-neighbours
+/// share its page, so that judging a swap costs one neighbour scan per candidate instead of
+/// two.
+struct Refiner<'g> {
+    adjacency: &'g [Vec<VertexId>],
+    incoming: &'g [Vec<VertexId>],
+    page_of: Vec<u32>,
+    members: Vec<Vec<VertexId>>,
+    internal: Vec<i64>,
+    slots_per_page: usize,
 }
 
-/// BNF: one pass moving each vertex to the page holding most of its neighbours. When that
-/// page is full, the vertex swaps with the member of that page whose exchange gains most.
-/// Every move or swap strictly increases the number of edges inside pages (the overlap
-/// ratio's numerator, counting u's in-edges too because they are other vertices'
-/// out-edges), so passes converge. Returns the number of changes made.
-fn neighbour_frequency_pass(
-    adjacency: &[Vec<VertexId>],
-    incoming: &[Vec<VertexId>],
-    page_of: &mut [u32],
-    members: &mut [Vec<VertexId>],
-    slots_per_page: usize,
-) -> usize {
-    let mut changes = 0;
-    let (mut scratch, mut tallies) = (Vec::new(), Vec::new());
-    for u in 0..adjacency.len() {
-        let home = page_of[u];
-        tally_neighbour_pages(u, adjacency, incoming, page_of, &mut scratch, &mut tallies);
-        let at_home = tallies
-            .iter()
-            .find(|&&(p, _)| p == home)
-            .map_or(0, |&(_, c)| c) as i64;
-        let Some(&(target, at_target)) = tallies.iter().find(|&&(p, _)| p != home) else {
-            continue;
-        };
-        let gain_u = at_target as i64 - at_home;
-        if gain_u <= 0 {
-            continue;
+impl<'g> Refiner<'g> {
+    fn new(
+        adjacency: &'g [Vec<VertexId>],
+        incoming: &'g [Vec<VertexId>],
+        page_of: Vec<u32>,
+        pages: usize,
+        slots_per_page: usize,
+    ) -> Self {
+        let mut members = vec![Vec::with_capacity(slots_per_page); pages];
+        for (v, &p) in page_of.iter().enumerate() {
+            members[p as usize].push(v as VertexId);
         }
-        if members[target as usize].len() < slots_per_page {
-            move_vertex(u as VertexId, home, target, page_of, members);
-            changes += 1;
-            continue;
+        let internal = (0..adjacency.len())
+            .map(|v| links_to_page(v, page_of[v], adjacency, incoming, &page_of))
+            .collect();
+        Refiner {
+            adjacency,
+            incoming,
+            page_of,
+            members,
+            internal,
+            slots_per_page,
         }
-        let best_swap = members[target as usize]
-            .iter()
-            .map(|&w| {
-                let gain_w = links_to_page(w as usize, home, adjacency, incoming, page_of)
-                    - links_to_page(w as usize, target, adjacency, incoming, page_of);
-                (
-                    gain_u + gain_w - 2 * links_between(u, w, adjacency, incoming),
-                    w,
-                )
-            })
-            .max_by_key(|&(gain, w)| (gain, std::cmp::Reverse(w)));
-        if let Some((gain, w)) = best_swap {
-            if gain > 0 {
-                move_vertex(u as VertexId, home, target, page_of, members);
-                move_vertex(w, target, home, page_of, members);
+    }
+
+    fn links(&self, v: usize) -> impl Iterator<Item = &VertexId> {
+        self.adjacency[v].iter().chain(&self.incoming[v])
+    }
+
+    /// One pass moving each vertex to the page holding most of its neighbours. When that
+    /// page is full, the vertex swaps with the member of that page whose exchange gains most.
+    /// Every move or swap strictly increases the number of edges inside pages (the overlap
+    /// ratio's numerator, counting u's in-edges too because they are other vertices'
+    /// out-edges), so passes converge. Returns the number of changes made.
+    fn pass(&mut self) -> usize {
+        let mut changes = 0;
+        let (mut scratch, mut tallies) = (Vec::new(), Vec::new());
+        for u in 0..self.adjacency.len() {
+            let home = self.page_of[u];
+            tally_neighbour_pages(
+                u,
+                self.adjacency,
+                self.incoming,
+                &self.page_of,
+                &mut scratch,
+                &mut tallies,
+            );
+            let Some(&(target, at_target)) = tallies.iter().find(|&&(p, _)| p != home) else {
+                continue;
+            };
+            let gain_u = at_target as i64 - self.internal[u];
+            if gain_u <= 0 {
+                continue;
+            }
+            if self.members[target as usize].len() < self.slots_per_page {
+                self.move_vertex(u as VertexId, target);
+                changes += 1;
+            } else if let Some(w) = self.best_swap_partner(u, gain_u, home, target) {
+                self.move_vertex(u as VertexId, target);
+                self.move_vertex(w, home);
                 changes += 1;
             }
         }
+        changes
     }
-    changes
-}
 
-fn move_vertex(
-    v: VertexId,
-    from: u32,
-    to: u32,
-    page_of: &mut [u32],
-    members: &mut [Vec<VertexId>],
-) {
-    let list = &mut members[from as usize];
-    let at = list
-        .iter()
-        .position(|&x| x == v)
-        .expect("vertex is a member of its page");
-    list.swap_remove(at);
-    members[to as usize].push(v);
-    page_of[v as usize] = to;
+    /// The member of `target` whose exchange with `u` (moving to `target` from `home`, gaining
+    /// `gain_u`) gains most, if any exchange gains at all.
+    fn best_swap_partner(&self, u: usize, gain_u: i64, home: u32, target: u32) -> Option<VertexId> {
+        let mut best: Option<(i64, VertexId)> = None;
+        for &w in &self.members[target as usize] {
+            let wi = w as usize;
+            let degree = (self.adjacency[wi].len() + self.incoming[wi].len()) as i64;
+            // Upper bound on w's gain: all its outside links would have to point at `home`.
+            if gain_u + degree - 2 * self.internal[wi] <= 0 {
+                continue;
+            }
+            let gain_w = links_to_page(wi, home, self.adjacency, self.incoming, &self.page_of)
+                - self.internal[wi];
+            if gain_u + gain_w <= 0 {
+                continue;
+            }
+            let between = self.links(u).filter(|&&v| v == w).count() as i64;
+            let gain = gain_u + gain_w - 2 * between;
+            if gain > 0 && best.is_none_or(|(g, b)| gain > g || (gain == g && w < b)) {
+                best = Some((gain, w));
+            }
+        }
+        best.map(|(_, w)| w)
+    }
+
+    /// Moves `v` to page `to`, keeping `members` and the `internal` counts of v and of its
+    /// neighbours on the two pages exact.
+    fn move_vertex(&mut self, v: VertexId, to: u32) {
+        let vi = v as usize;
+        let from = self.page_of[vi];
+        for &y in self.adjacency[vi].iter().chain(&self.incoming[vi]) {
+            let yi = y as usize;
+            if yi == vi {
+                continue;
+            }
+            if self.page_of[yi] == from {
+                self.internal[yi] -= 1;
+            } else if self.page_of[yi] == to {
+                self.internal[yi] += 1;
+            }
+        }
+        let list = &mut self.members[from as usize];
+        if let Some(at) = list.iter().position(|&x| x == v) {
+            list.swap_remove(at);
+        }
+        self.members[to as usize].push(v);
+        self.page_of[vi] = to;
+        self.internal[vi] = links_to_page(vi, to, self.adjacency, self.incoming, &self.page_of);
+    }
 }
 
 fn assign_slots(page_of: Vec<u32>, pages: usize) -> Placement {
