@@ -18,7 +18,8 @@
 //!   only when they strictly increase the number of edges inside pages, so refinement never
 //!   lowers the overlap ratio and terminates.
 //!
-//! Every page but the last is full, so the edge file has the minimum number of pages.
+//! The edge file gets the minimum number of pages, ceil(n / slots_per_page); BNP fills every
+//! page but the last, and BNF only moves vertices into pages with room or swaps them.
 
 use crate::VertexId;
 use std::collections::VecDeque;
