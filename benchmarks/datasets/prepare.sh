@@ -40,8 +40,12 @@ minilm() {  # OUT N_BASE
         mkdir -p "$parts"
         for ((i = 0; i * PART < total; i++)); do
             local f; f=$(printf "%s/part-%04d.fbin" "$parts" $i)
-            have "$f" || { log "embedding passages $((i * PART))..$(((i + 1) * PART - 1))"
-                $NICE "$PY" "$HERE/embed.py" "$corpus" "$f" --skip $((i * PART)) --limit $PART; }
+            # the last part holds only the rows needed; a larger set later re-embeds it whole
+            local rows=$((total - i * PART < PART ? total - i * PART : PART))
+            if ! have "$f" || [ "$(od -An -tu4 -N4 "$f" | tr -d ' ')" -lt $rows ]; then
+                log "embedding passages $((i * PART))..$((i * PART + rows - 1))"
+                $NICE "$PY" "$HERE/embed.py" "$corpus" "$f" --skip $((i * PART)) --limit $rows
+            fi
             files+=("$f")
         done
         "$PY" "$HERE/fbin.py" cat --rows $total "$out/all.fbin" "${files[@]}"
