@@ -33,6 +33,7 @@ use rand_chacha::ChaCha8Rng;
 use crate::distance::Metric;
 use crate::graph::prune::robust_prune;
 use crate::graph::search::{greedy_search, row, SearchScratch};
+use crate::graph::vamana::prune_metric;
 use crate::graph::{build_vamana, BuildControl, BuildError, VamanaParams};
 use crate::VertexId;
 
@@ -477,12 +478,14 @@ impl EntranceGraph {
             }
         };
         let p_vec = row(&self.vectors, self.dim, p);
+        // The same prune distance as the build (L2 geometry for inner product).
+        let metric = prune_metric(self.metric);
         let mut pool: Vec<(VertexId, f32)> = list
             .iter()
-            .map(|&u| (u, self.metric.search_distance(p_vec, vec_of(u))))
+            .map(|&u| (u, metric.search_distance(p_vec, vec_of(u))))
             .collect();
         robust_prune(&mut pool, self.alpha, self.max_degree, |a, b| {
-            self.metric.search_distance(vec_of(a), vec_of(b))
+            metric.search_distance(vec_of(a), vec_of(b))
         })
     }
 

@@ -22,6 +22,11 @@
 //!   reading that stays monotone. For inner-product indexes the pruned graph therefore
 //!   behaves like an `alpha = 1` (HNSW-heuristic) graph.
 //!
+//! Because pruning by inner product lets a few long vectors occlude nearly everything, the
+//! Vamana build and the entrance graph prune inner-product indexes by L2 instead
+//! (`vamana::prune_metric`); the signed rule above is the fallback for callers that do pass
+//! negative distances.
+//!
 //! The distance between two candidates comes from a caller closure, because the insert
 //! path prunes with exact vectors for the candidates CASR loaded and PQ-reconstructed
 //! ("deflated") vectors for the others.

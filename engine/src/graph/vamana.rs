@@ -325,6 +325,7 @@ struct Builder<'a> {
     data: &'a [f32],
     dim: usize,
     metric: Metric,
+    prune_metric: Metric,
     max_degree: usize,
     slack_degree: usize,
     build_list: usize,
@@ -348,6 +349,7 @@ impl<'a> Builder<'a> {
             data,
             dim,
             metric,
+            prune_metric: prune_metric(metric),
             max_degree: params.max_degree,
             slack_degree: slack,
             build_list: params.build_list,
@@ -360,8 +362,10 @@ impl<'a> Builder<'a> {
         row(self.data, self.dim, v)
     }
 
+    /// The distance RobustPrune uses; see [`prune_metric`].
     fn dist(&self, a: VertexId, b: VertexId) -> f32 {
-        self.metric.search_distance(self.vector(a), self.vector(b))
+        self.prune_metric
+            .search_distance(self.vector(a), self.vector(b))
     }
 
     fn lock(&self, v: VertexId) -> MutexGuard<'_, Vec<VertexId>> {
@@ -390,7 +394,10 @@ impl<'a> Builder<'a> {
             |v| self.metric.search_distance(query, self.vector(v)),
         );
         s.pool.clear();
-        s.pool.extend(s.search.explored.iter().filter(|c| c.0 != p));
+        let reuse = self.prune_metric == self.metric;
+        let explored = s.search.explored.iter().filter(|c| c.0 != p);
+        s.pool
+            .extend(explored.map(|&(c, d)| (c, if reuse { d } else { self.dist(p, c) })));
         s.list.clear();
         s.list.extend_from_slice(&self.lock(p));
         for &u in &s.list {
@@ -473,6 +480,19 @@ impl<'a> Builder<'a> {
             adjacency,
             medoid: self.medoid,
         }
+    }
+}
+
+/// The distance the build prunes with. Searches always rank by `metric`; for inner
+/// product, pruning by the (negative) inner product itself lets a few long vectors occlude
+/// almost everything (`<s, t>` is large for every `t` when `|s|` is), which left graphs with
+/// an average out-degree of 4 at R = 24 and 15% of the vertices unreachable in tests. So the
+/// inner-product build selects candidates by inner product but diversifies them by L2
+/// geometry, with the usual alpha rule.
+pub fn prune_metric(metric: Metric) -> Metric {
+    match metric {
+        Metric::InnerProduct => Metric::L2,
+        other => other,
     }
 }
 
@@ -626,8 +646,16 @@ mod tests {
         let p = params(24, 64, 1);
         let g = build_vamana(&data, dim, Metric::InnerProduct, &p, &BuildControl::none()).unwrap();
         g.validate(24).unwrap();
-        let r = mean_recall(&g, &data, &queries, dim, Metric::InnerProduct, 80);
-        assert!(r >= 0.9, "inner-product recall@10 at L=80 is {r}");
+        let r = mean_recall(&g, &data, &queries, dim, Metric::InnerProduct, 40);
+        assert!(r >= 0.95, "inner-product recall@10 at L=40 is {r}");
+        // Pruning by inner product itself left about 4 edges per vertex and 15% of the
+        // vertices unreachable here; the L2-diversified prune keeps the graph whole.
+        assert!(g.edge_count() >= 6 * n, "{} edges", g.edge_count());
+        assert!(
+            g.reachable_from_medoid() * 100 >= 99 * n,
+            "{} reachable",
+            g.reachable_from_medoid()
+        );
     }
 
     #[test]
