@@ -190,6 +190,9 @@ fn cmd_build(a: &Args) -> Result<()> {
     Ok(())
 }
 
+/// One search thread's (query, ids, latency) triples and its counters.
+type ThreadResult = (Vec<(usize, Vec<VertexId>, Duration)>, SearchCounters);
+
 struct Row {
     list: usize,
     recall: f64,
@@ -336,32 +339,31 @@ fn run_queries(
     let nq = queries.len() / dim;
     let threads = threads.clamp(1, nq.max(1));
     let started = Instant::now();
-    let parts: Vec<Result<(Vec<(usize, Vec<VertexId>, Duration)>, SearchCounters)>> =
-        std::thread::scope(|s| {
-            let handles: Vec<_> = (0..threads)
-                .map(|t| {
-                    s.spawn(move || {
-                        let mut reader = index.reader().map_err(|e| e.to_string())?;
-                        let mut total = SearchCounters::default();
-                        let mut out = Vec::new();
-                        for qi in (t..nq).step_by(threads) {
-                            let q = &queries[qi * dim..(qi + 1) * dim];
-                            let t0 = Instant::now();
-                            let (hits, c) = index
-                                .search(&mut reader, q, params, casr)
-                                .map_err(|e| e.to_string())?;
-                            out.push((qi, hits.iter().map(|h| h.id).collect(), t0.elapsed()));
-                            total.merge(&c);
-                        }
-                        Ok((out, total))
-                    })
+    let parts: Vec<Result<ThreadResult>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                s.spawn(move || {
+                    let mut reader = index.reader().map_err(|e| e.to_string())?;
+                    let mut total = SearchCounters::default();
+                    let mut out = Vec::new();
+                    for qi in (t..nq).step_by(threads) {
+                        let q = &queries[qi * dim..(qi + 1) * dim];
+                        let t0 = Instant::now();
+                        let (hits, c) = index
+                            .search(&mut reader, q, params, casr)
+                            .map_err(|e| e.to_string())?;
+                        out.push((qi, hits.iter().map(|h| h.id).collect(), t0.elapsed()));
+                        total.merge(&c);
+                    }
+                    Ok((out, total))
                 })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().expect("search thread panicked"))
-                .collect()
-        });
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("search thread panicked"))
+            .collect()
+    });
     let elapsed = started.elapsed();
     let mut found = vec![Vec::new(); nq];
     let mut latencies = Vec::with_capacity(nq);
