@@ -138,7 +138,7 @@ pub fn read_fbin_rows(path: impl AsRef<Path>, limit: Option<usize>) -> io::Resul
 /// Writes `data` (rows of `dim` values) as an `.fbin` file.
 pub fn write_fbin(path: impl AsRef<Path>, dim: usize, data: &[f32]) -> io::Result<()> {
     let path = path.as_ref();
-    if dim == 0 || data.len() % dim != 0 {
+    if dim == 0 || !data.len().is_multiple_of(dim) {
         return Err(invalid(
             path,
             format!("{} values do not form rows of {dim}", data.len()),
@@ -308,7 +308,7 @@ pub fn brute_force_ground_truth(
     threads: usize,
 ) -> GroundTruth {
     assert!(
-        dim > 0 && base.len() % dim == 0 && queries.len() % dim == 0,
+        dim > 0 && base.len().is_multiple_of(dim) && queries.len().is_multiple_of(dim),
         "rows must have {dim} values"
     );
     let k = k.min(base.len() / dim);

@@ -16,10 +16,11 @@
 //!   cluster's mean towards its farthest member.
 //!
 //! [`CentroidTable`] is the hot kernel shared with PQ encoding and query tables: centroids
-//! stored in panels of 16 so that one row's distances to all centroids are computed with the
-//! 16 accumulators held in registers. It is compiled twice, for the baseline target and for
-//! AVX2, and chosen at run time. Both versions perform the same operations in the same order
-//! per centroid, so they return identical results.
+//! stored in panels of 64 so that one row's distances to all centroids are computed with the
+//! 64 accumulators held in registers. It is compiled twice, for the baseline target and for
+//! AVX2+FMA, and chosen at run time. The two differ only in rounding (FMA rounds once per
+//! multiply-add), so on one machine results are reproducible; across machines with and
+//! without AVX2 a near-tie may resolve to a different centroid.
 
 use std::fmt;
 
@@ -77,7 +78,7 @@ impl<'a> RowsView<'a> {
                 "row stride and view width must be positive".into(),
             ));
         }
-        if data.len() % stride != 0 {
+        if !data.len().is_multiple_of(stride) {
             return Err(KMeansError::BadShape(format!(
                 "{} values do not form whole rows of {stride}",
                 data.len()
@@ -210,8 +211,10 @@ pub fn train(view: &RowsView, config: &KMeansConfig) -> Result<KMeans, KMeansErr
         let reseeded =
             split_for_empty_clusters(view, &assignment, &mut distances, counts, &mut centroids);
         result.reseeded += reseeded;
-        let converged =
-            changed == 0 || previous_inertia - inertia <= config.tolerance * previous_inertia;
+        // The first iteration has no previous inertia to compare with (inf - x <= inf).
+        let improved_little = previous_inertia.is_finite()
+            && previous_inertia - inertia <= config.tolerance * previous_inertia;
+        let converged = changed == 0 || improved_little;
         if converged && reseeded == 0 {
             break;
         }
@@ -381,20 +384,26 @@ fn split_for_empty_clusters(
     reseeded
 }
 
-/// Centroids are processed in panels of this many, one accumulator register set per panel.
-pub const PANEL: usize = 16;
-type Lanes = [f32; PANEL];
+/// Centroids are processed in panels of this many, one accumulator register set per panel:
+/// 64 lanes are eight AVX2 registers, enough independent sums to hide the add latency.
+pub const PANEL: usize = GROUPS * GROUP;
+/// A panel is kept as four 16-lane groups, each its own local array: the compiler keeps
+/// such small arrays in registers, where one 64-lane array would live on the stack.
+const GROUP: usize = 16;
+const GROUPS: usize = 4;
+type Lanes = [f32; GROUP];
+type Panel = [Lanes; GROUPS];
 
 /// `k` centroids of `width` values laid out for fast one-row-against-all-centroids kernels:
-/// panel `p` holds centroids `16p..16p+16` column by column (`width` groups of 16 values).
+/// panel `p` holds centroids `64p..64p+64` column by column (`width` groups of 64 values).
 /// The last panel is padded; padded centroids have an infinite norm so they never win
 /// [`CentroidTable::nearest`], and the table kernels never write them out.
 #[derive(Clone, Debug)]
 pub struct CentroidTable {
     k: usize,
     width: usize,
-    panels: Vec<Lanes>,
-    norms: Vec<Lanes>,
+    panels: Vec<Panel>,
+    norms: Vec<Panel>,
     avx2: bool,
 }
 
@@ -408,14 +417,14 @@ impl CentroidTable {
             "centroid table of the wrong size"
         );
         let panel_count = k.div_ceil(PANEL);
-        let mut panels = vec![[0f32; PANEL]; panel_count * width];
-        let mut norms = vec![[f32::INFINITY; PANEL]; panel_count];
+        let mut panels = vec![[[0f32; GROUP]; GROUPS]; panel_count * width];
+        let mut norms = vec![[[f32::INFINITY; GROUP]; GROUPS]; panel_count];
         for (c, centroid) in centroids.chunks_exact(width).enumerate() {
-            let (p, lane) = (c / PANEL, c % PANEL);
+            let (p, g, lane) = (c / PANEL, c % PANEL / GROUP, c % GROUP);
             for (j, &v) in centroid.iter().enumerate() {
-                panels[p * width + j][lane] = v;
+                panels[p * width + j][g][lane] = v;
             }
-            norms[p][lane] = centroid.iter().map(|v| v * v).sum();
+            norms[p][g][lane] = centroid.iter().map(|v| v * v).sum();
         }
         CentroidTable {
             k,
@@ -446,11 +455,11 @@ impl CentroidTable {
         );
         #[cfg(target_arch = "x86_64")]
         if self.avx2 {
-            // SAFETY: `avx2` is true only if the CPU reported AVX2 support at construction.
+            // SAFETY: `avx2` is true only if the CPU reported AVX2 and FMA at construction.
             let (label, score) = unsafe { nearest_avx2(&self.panels, &self.norms, x) };
             return (label, (score + squared_norm(x)).max(0.0));
         }
-        let (label, score) = nearest_body(&self.panels, &self.norms, x);
+        let (label, score) = nearest_body::<false>(&self.panels, &self.norms, x);
         (label, (score + squared_norm(x)).max(0.0))
     }
 
@@ -460,11 +469,11 @@ impl CentroidTable {
         self.check_table_args(x, out);
         #[cfg(target_arch = "x86_64")]
         if self.avx2 {
-            // SAFETY: `avx2` is true only if the CPU reported AVX2 support at construction.
+            // SAFETY: `avx2` is true only if the CPU reported AVX2 and FMA at construction.
             unsafe { table_avx2::<true>(&self.panels, x, &mut out[..self.k]) };
             return;
         }
-        table_body::<true>(&self.panels, x, &mut out[..self.k]);
+        table_body::<true, false>(&self.panels, x, &mut out[..self.k]);
     }
 
     /// `out[c] = -(x·c)` for every centroid; `out` must hold at least `k` values.
@@ -473,11 +482,11 @@ impl CentroidTable {
         self.check_table_args(x, out);
         #[cfg(target_arch = "x86_64")]
         if self.avx2 {
-            // SAFETY: `avx2` is true only if the CPU reported AVX2 support at construction.
+            // SAFETY: `avx2` is true only if the CPU reported AVX2 and FMA at construction.
             unsafe { table_avx2::<false>(&self.panels, x, &mut out[..self.k]) };
             return;
         }
-        table_body::<false>(&self.panels, x, &mut out[..self.k]);
+        table_body::<false, false>(&self.panels, x, &mut out[..self.k]);
     }
 
     fn check_table_args(&self, x: &[f32], out: &[f32]) {
@@ -502,7 +511,7 @@ fn squared_norm(x: &[f32]) -> f32 {
 fn avx2_available() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        std::is_x86_feature_detected!("avx2")
+        std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -512,27 +521,37 @@ fn avx2_available() -> bool {
 
 /// Smallest `|c|² - 2x·c` over all centroids, as (centroid index, score).
 #[inline(always)]
-fn nearest_body(panels: &[Lanes], norms: &[Lanes], x: &[f32]) -> (u32, f32) {
-    let mut best = [f32::INFINITY; PANEL];
-    let mut best_panel = [0u32; PANEL];
+fn nearest_body<const FMA: bool>(panels: &[Panel], norms: &[Panel], x: &[f32]) -> (u32, f32) {
+    // The running minimum is kept per lane of a 16-wide group. Group numbers are f32 (exact
+    // below 2^24) so that the bookkeeping is float compares and selects only, which
+    // vectorise; a u32 select does not.
+    let mut best = [f32::INFINITY; GROUP];
+    let mut best_group = [0f32; GROUP];
     for (p, (panel, norm)) in panels.chunks_exact(x.len()).zip(norms).enumerate() {
-        let mut acc = *norm;
+        let [mut a0, mut a1, mut a2, mut a3] = *norm;
         for (&xj, column) in x.iter().zip(panel) {
             let m = -2.0 * xj;
-            for lane in 0..PANEL {
-                acc[lane] += m * column[lane];
-            }
+            add_scaled::<FMA>(&mut a0, m, &column[0]);
+            add_scaled::<FMA>(&mut a1, m, &column[1]);
+            add_scaled::<FMA>(&mut a2, m, &column[2]);
+            add_scaled::<FMA>(&mut a3, m, &column[3]);
         }
-        for lane in 0..PANEL {
-            if acc[lane] < best[lane] {
-                best[lane] = acc[lane];
-                best_panel[lane] = p as u32;
+        for (g, scores) in [a0, a1, a2, a3].iter().enumerate() {
+            let group_number = (p * GROUPS + g) as f32;
+            for lane in 0..GROUP {
+                let better = scores[lane] < best[lane];
+                best_group[lane] = if better {
+                    group_number
+                } else {
+                    best_group[lane]
+                };
+                best[lane] = if better { scores[lane] } else { best[lane] };
             }
         }
     }
     let mut winner = (0u32, f32::INFINITY);
-    for lane in 0..PANEL {
-        let index = best_panel[lane] * PANEL as u32 + lane as u32;
+    for lane in 0..GROUP {
+        let index = best_group[lane] as u32 * GROUP as u32 + lane as u32;
         if best[lane] < winner.1 || (best[lane] == winner.1 && index < winner.0) {
             winner = (index, best[lane]);
         }
@@ -540,35 +559,69 @@ fn nearest_body(panels: &[Lanes], norms: &[Lanes], x: &[f32]) -> (u32, f32) {
     winner
 }
 
+/// `acc += m · column`, fused when `FMA` (only instantiated where the CPU has FMA: elsewhere
+/// `mul_add` is a slow library call).
+#[inline(always)]
+fn add_scaled<const FMA: bool>(acc: &mut Lanes, m: f32, column: &Lanes) {
+    for lane in 0..GROUP {
+        acc[lane] = if FMA {
+            column[lane].mul_add(m, acc[lane])
+        } else {
+            acc[lane] + m * column[lane]
+        };
+    }
+}
+
+/// `acc += (x - column)²`, fused when `FMA`.
+#[inline(always)]
+fn add_squared_difference<const FMA: bool>(acc: &mut Lanes, x: f32, column: &Lanes) {
+    for lane in 0..GROUP {
+        let d = x - column[lane];
+        acc[lane] = if FMA {
+            d.mul_add(d, acc[lane])
+        } else {
+            acc[lane] + d * d
+        };
+    }
+}
+
 /// `out[c] = Σ (x_j - c_j)²` when `L2`, else `out[c] = Σ (-x_j)·c_j`.
 #[inline(always)]
-fn table_body<const L2: bool>(panels: &[Lanes], x: &[f32], out: &mut [f32]) {
+fn table_body<const L2: bool, const FMA: bool>(panels: &[Panel], x: &[f32], out: &mut [f32]) {
     for (panel, out) in panels.chunks_exact(x.len()).zip(out.chunks_mut(PANEL)) {
-        let mut acc = [0f32; PANEL];
+        let [mut a0, mut a1, mut a2, mut a3] = [[0f32; GROUP]; GROUPS];
         for (&xj, column) in x.iter().zip(panel) {
-            for lane in 0..PANEL {
-                if L2 {
-                    let d = xj - column[lane];
-                    acc[lane] += d * d;
-                } else {
-                    acc[lane] += -xj * column[lane];
-                }
+            if L2 {
+                add_squared_difference::<FMA>(&mut a0, xj, &column[0]);
+                add_squared_difference::<FMA>(&mut a1, xj, &column[1]);
+                add_squared_difference::<FMA>(&mut a2, xj, &column[2]);
+                add_squared_difference::<FMA>(&mut a3, xj, &column[3]);
+            } else {
+                add_scaled::<FMA>(&mut a0, -xj, &column[0]);
+                add_scaled::<FMA>(&mut a1, -xj, &column[1]);
+                add_scaled::<FMA>(&mut a2, -xj, &column[2]);
+                add_scaled::<FMA>(&mut a3, -xj, &column[3]);
             }
         }
-        out.copy_from_slice(&acc[..out.len()]);
+        let scores: Panel = [a0, a1, a2, a3];
+        match <&mut [f32; PANEL]>::try_from(&mut *out) {
+            // A fixed-size store; a variable-length copy would be a memcpy call per panel.
+            Ok(full) => *full = bytemuck::cast(scores),
+            Err(_) => out.copy_from_slice(&scores.as_flattened()[..out.len()]),
+        }
     }
 }
 
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-fn nearest_avx2(panels: &[Lanes], norms: &[Lanes], x: &[f32]) -> (u32, f32) {
-    nearest_body(panels, norms, x)
+#[target_feature(enable = "avx2,fma")]
+fn nearest_avx2(panels: &[Panel], norms: &[Panel], x: &[f32]) -> (u32, f32) {
+    nearest_body::<true>(panels, norms, x)
 }
 
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-fn table_avx2<const L2: bool>(panels: &[Lanes], x: &[f32], out: &mut [f32]) {
-    table_body::<L2>(panels, x, out)
+#[target_feature(enable = "avx2,fma")]
+fn table_avx2<const L2: bool>(panels: &[Panel], x: &[f32], out: &mut [f32]) {
+    table_body::<L2, true>(panels, x, out)
 }
 
 #[cfg(test)]
@@ -642,9 +695,40 @@ mod tests {
     }
 
     #[test]
+    fn lloyd_iterations_lower_the_inertia_until_converged() {
+        // Uniform data has no natural clusters, so Lloyd keeps improving for a while.
+        let mut rng = ChaCha8Rng::seed_from_u64(8);
+        let data: Vec<f32> = (0..2000 * 4).map(|_| rng.gen_range(0.0..1.0)).collect();
+        let view = RowsView::full(&data, 4).unwrap();
+        let run = |iters: usize| {
+            let mut config = KMeansConfig::new(32, 1);
+            config.max_iters = iters;
+            config.tolerance = 0.0;
+            train(&view, &config).unwrap()
+        };
+        let (one, five, many) = (run(1), run(5), run(100));
+        assert_eq!((one.iterations, five.iterations), (1, 5));
+        assert!(
+            five.inertia < 0.97 * one.inertia,
+            "{} vs {}",
+            five.inertia,
+            one.inertia
+        );
+        // With zero tolerance it stops only when no row changes cluster, before 100.
+        assert!(
+            many.iterations > 5 && many.iterations < 100,
+            "{}",
+            many.iterations
+        );
+        assert!(many.inertia <= five.inertia);
+        // The default tolerance does not stop it after the first iteration either.
+        assert!(train(&view, &KMeansConfig::new(32, 1)).unwrap().iterations >= 5);
+    }
+
+    #[test]
     fn same_result_for_any_thread_count() {
         let mut rng = ChaCha8Rng::seed_from_u64(5);
-        let data: Vec<f32> = (0..3000 * 6).map(|_| rng.gen_range(-1.0..1.0)).collect();
+        let data: Vec<f32> = (0..1500 * 6).map(|_| rng.gen_range(-1.0..1.0)).collect();
         let view = RowsView::full(&data, 6).unwrap();
         let mut config = KMeansConfig::new(40, 11);
         let one = train(&view, &config).unwrap();
@@ -722,20 +806,34 @@ mod tests {
     }
 
     #[test]
-    fn portable_and_avx2_kernels_agree_exactly() {
+    fn portable_and_avx2_kernels_agree() {
         let mut rng = ChaCha8Rng::seed_from_u64(4);
         let (k, width) = (200, 12);
         let centroids: Vec<f32> = (0..k * width).map(|_| rng.gen_range(-3.0..3.0)).collect();
         let mut table = CentroidTable::new(&centroids, k, width);
-        let x: Vec<f32> = (0..width).map(|_| rng.gen_range(-3.0..3.0)).collect();
-        let fast = table.nearest(&x);
-        let mut fast_out = vec![0f32; k];
-        table.squared_distances(&x, &mut fast_out);
-        table.avx2 = false;
-        let mut slow_out = vec![0f32; k];
-        table.squared_distances(&x, &mut slow_out);
-        assert_eq!(fast, table.nearest(&x));
-        assert_eq!(fast_out, slow_out);
+        let mut outputs = Vec::new();
+        for avx2 in [table.avx2, false] {
+            table.avx2 = avx2;
+            let mut rng = ChaCha8Rng::seed_from_u64(5);
+            let mut results = Vec::new();
+            for _ in 0..50 {
+                let x: Vec<f32> = (0..width).map(|_| rng.gen_range(-3.0..3.0)).collect();
+                let (_, nearest) = table.nearest(&x);
+                let mut l2 = vec![0f32; k];
+                let mut dots = vec![0f32; k];
+                table.squared_distances(&x, &mut l2);
+                table.negative_dots(&x, &mut dots);
+                results.push((nearest, l2, dots));
+            }
+            outputs.push(results);
+        }
+        // FMA rounds once per step where the portable code rounds twice: close, not equal.
+        let close = |a: f32, b: f32| (a - b).abs() <= 1e-4 * a.abs().max(b.abs()).max(1.0);
+        for ((n1, l1, d1), (n2, l2, d2)) in outputs[0].iter().zip(&outputs[1]) {
+            assert!(close(*n1, *n2), "{n1} vs {n2}");
+            assert!(l1.iter().zip(l2).all(|(a, b)| close(*a, *b)));
+            assert!(d1.iter().zip(d2).all(|(a, b)| close(*a, *b)));
+        }
     }
 
     #[test]

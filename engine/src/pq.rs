@@ -1,1 +1,964 @@
-//! (not yet written)
+//! Product quantisation, as NAVIS uses it.
+//!
+//! Every vertex is kept in memory as a `pq_bytes`-byte code: the `dim` dimensions are split
+//! into `pq_bytes` contiguous subspaces (as evenly as possible: the first `dim % pq_bytes`
+//! get one extra dimension) and each subspace is replaced by the index of its nearest of up
+//! to 256 centroids. Traversal ranks candidates by asymmetric distance (ADC): per query, a
+//! [`QueryTable`] holds the distance from each query subvector to each centroid, and a code's
+//! distance is the sum of `pq_bytes` table lookups. Insert pruning uses [`reconstruct`]ed
+//! ("deflated") vectors where the exact vector was not loaded.
+//!
+//! Distances approximate [`Metric::search_distance`]: squared L2 for `L2` and `Cosine` (cosine
+//! indexes store unit vectors, so the caller trains and encodes normalised vectors), negative
+//! inner product for `InnerProduct`. In every case the codebook is trained with L2 k-means
+//! on the raw vectors, so a code approximates the vector itself and the ADC value is exactly
+//! the metric's distance from the query to the reconstruction (up to float rounding).
+//!
+//! [`reconstruct`]: ProductQuantizer::reconstruct
+
+use std::fmt;
+use std::ops::Range;
+
+use rand::seq::index::sample as sample_indices;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::kmeans::{self, CentroidTable, KMeansConfig, RowsView};
+use crate::{Metric, MAX_DIM};
+
+/// Centroids per subspace: a code byte indexes them.
+pub const MAX_CENTROIDS: usize = 256;
+/// Default upper bound on training rows (256 per centroid, as Faiss uses).
+pub const DEFAULT_TRAINING_SAMPLE: usize = 65_536;
+
+/// What is wrong with a PQ request or a serialised codebook.
+#[derive(Clone, Debug, PartialEq)]
+pub enum PqError {
+    /// A parameter is out of range (`pq_bytes`, dimensions, sample size).
+    BadParameter(String),
+    /// The training vectors cannot be used.
+    BadInput(String),
+    /// Serialised bytes are not a valid codebook.
+    BadCodebook(String),
+}
+
+impl fmt::Display for PqError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PqError::BadParameter(m) | PqError::BadInput(m) | PqError::BadCodebook(m) => {
+                f.write_str(m)
+            }
+        }
+    }
+}
+
+impl std::error::Error for PqError {}
+
+/// Training knobs beyond the shape; [`PqTrainConfig::new`] gives the defaults.
+#[derive(Clone, Debug)]
+pub struct PqTrainConfig {
+    pub seed: u64,
+    /// Threads for training (subspaces are trained in parallel).
+    pub threads: usize,
+    /// Train on a seeded sample of at most this many rows.
+    pub max_sample: usize,
+    /// Lloyd iterations per subspace.
+    pub max_iters: usize,
+}
+
+impl PqTrainConfig {
+    pub fn new(seed: u64, threads: usize) -> Self {
+        PqTrainConfig {
+            seed,
+            threads,
+            max_sample: DEFAULT_TRAINING_SAMPLE,
+            max_iters: 12,
+        }
+    }
+}
+
+/// A trained PQ codebook.
+#[derive(Clone, Debug)]
+pub struct ProductQuantizer {
+    metric: Metric,
+    dim: usize,
+    /// Centroids per subspace (256 unless the training sample was smaller).
+    k: usize,
+    /// Subspace `s` covers dimensions `bounds[s]..bounds[s + 1]`.
+    bounds: Vec<usize>,
+    /// Subspace `s`'s `k` centroids, row-major, start at `k * bounds[s]`.
+    codebook: Vec<f32>,
+    /// The same centroids in the layout of the encoding and table kernels.
+    tables: Vec<CentroidTable>,
+}
+
+/// Boundaries of `m` contiguous subspaces of `dim` dimensions, the first `dim % m` one wider.
+fn subspace_bounds(dim: usize, m: usize) -> Vec<usize> {
+    let (base, wider) = (dim / m, dim % m);
+    (0..=m).map(|s| s * base + s.min(wider)).collect()
+}
+
+fn check_shape(dim: usize, pq_bytes: usize) -> Result<(), PqError> {
+    if dim == 0 || dim > MAX_DIM {
+        return Err(PqError::BadParameter(format!(
+            "PQ needs between 1 and {MAX_DIM} dimensions, got {dim}"
+        )));
+    }
+    if pq_bytes == 0 || pq_bytes > dim {
+        return Err(PqError::BadParameter(format!(
+            "pq_bytes must be between 1 and the dimension {dim}, got {pq_bytes}"
+        )));
+    }
+    Ok(())
+}
+
+impl ProductQuantizer {
+    /// Trains a codebook on `n` rows of `dim` values (`data.len() == n * dim`) with default
+    /// sample size and iterations. For `Metric::Cosine`, pass normalised vectors.
+    pub fn train(
+        data: &[f32],
+        dim: usize,
+        n: usize,
+        pq_bytes: usize,
+        metric: Metric,
+        seed: u64,
+        threads: usize,
+    ) -> Result<Self, PqError> {
+        Self::train_with(
+            data,
+            dim,
+            n,
+            pq_bytes,
+            metric,
+            &PqTrainConfig::new(seed, threads),
+        )
+    }
+
+    /// [`ProductQuantizer::train`] with every knob explicit.
+    pub fn train_with(
+        data: &[f32],
+        dim: usize,
+        n: usize,
+        pq_bytes: usize,
+        metric: Metric,
+        config: &PqTrainConfig,
+    ) -> Result<Self, PqError> {
+        check_shape(dim, pq_bytes)?;
+        if n.checked_mul(dim) != Some(data.len()) {
+            return Err(PqError::BadInput(format!(
+                "{} training values do not form {n} rows of {dim} dimensions",
+                data.len()
+            )));
+        }
+        if n == 0 {
+            return Err(PqError::BadInput(
+                "PQ training needs at least one row".into(),
+            ));
+        }
+        if config.max_sample == 0 || config.max_iters == 0 {
+            return Err(PqError::BadParameter(
+                "PQ training sample and iterations must be positive".into(),
+            ));
+        }
+        let mut rng = ChaCha8Rng::seed_from_u64(config.seed);
+        let rows = sample_rows(n, config.max_sample, &mut rng);
+        check_rows_finite(data, dim, &rows)?;
+        let bounds = subspace_bounds(dim, pq_bytes);
+        let sample = subspace_major_copy(data, dim, &rows, &bounds);
+        let k = MAX_CENTROIDS.min(rows.len());
+        let seeds: Vec<u64> = (0..pq_bytes).map(|_| rng.gen()).collect();
+        let parts = train_subspaces(&sample, rows.len(), &bounds, k, &seeds, config)?;
+        Ok(Self::assemble(metric, dim, k, bounds, parts.concat()))
+    }
+
+    /// A quantizer from an existing codebook: subspace `s`'s `k` centroids, row-major, at
+    /// offset `k * first_dimension(s)` (the layout [`ProductQuantizer::codebook`] returns).
+    pub fn from_codebook(
+        metric: Metric,
+        dim: usize,
+        pq_bytes: usize,
+        k: usize,
+        codebook: Vec<f32>,
+    ) -> Result<Self, PqError> {
+        check_shape(dim, pq_bytes)?;
+        if k == 0 || k > MAX_CENTROIDS {
+            return Err(PqError::BadCodebook(format!(
+                "PQ codebook must have 1 to {MAX_CENTROIDS} centroids per subspace, got {k}"
+            )));
+        }
+        if codebook.len() != k * dim {
+            return Err(PqError::BadCodebook(format!(
+                "PQ codebook has {} values, expected {k} x {dim}",
+                codebook.len()
+            )));
+        }
+        if let Some(i) = codebook.iter().position(|v| !v.is_finite()) {
+            return Err(PqError::BadCodebook(format!(
+                "PQ codebook value {i} is {}",
+                codebook[i]
+            )));
+        }
+        Ok(Self::assemble(
+            metric,
+            dim,
+            k,
+            subspace_bounds(dim, pq_bytes),
+            codebook,
+        ))
+    }
+
+    fn assemble(
+        metric: Metric,
+        dim: usize,
+        k: usize,
+        bounds: Vec<usize>,
+        codebook: Vec<f32>,
+    ) -> Self {
+        let tables = bounds
+            .windows(2)
+            .map(|b| CentroidTable::new(&codebook[k * b[0]..k * b[1]], k, b[1] - b[0]))
+            .collect();
+        ProductQuantizer {
+            metric,
+            dim,
+            k,
+            bounds,
+            codebook,
+            tables,
+        }
+    }
+
+    pub fn metric(&self) -> Metric {
+        self.metric
+    }
+
+    pub fn dim(&self) -> usize {
+        self.dim
+    }
+
+    /// Bytes per code, which is also the number of subspaces.
+    pub fn pq_bytes(&self) -> usize {
+        self.tables.len()
+    }
+
+    pub fn centroids_per_subspace(&self) -> usize {
+        self.k
+    }
+
+    /// The dimensions subspace `s` covers. Panics if `s >= pq_bytes()`.
+    pub fn subspace(&self, s: usize) -> Range<usize> {
+        self.bounds[s]..self.bounds[s + 1]
+    }
+
+    /// All centroids, subspace by subspace (see [`ProductQuantizer::from_codebook`]).
+    pub fn codebook(&self) -> &[f32] {
+        &self.codebook
+    }
+
+    /// Centroid `c` of subspace `s`. Panics if either is out of range.
+    pub fn centroid(&self, s: usize, c: usize) -> &[f32] {
+        let width = self.bounds[s + 1] - self.bounds[s];
+        let start = self.k * self.bounds[s] + c * width;
+        &self.codebook[start..start + width]
+    }
+
+    /// The code of `v`. Panics if `v.len() != dim()` (callers validate vectors first).
+    pub fn encode(&self, v: &[f32]) -> Vec<u8> {
+        let mut code = vec![0u8; self.pq_bytes()];
+        self.encode_into(v, &mut code);
+        code
+    }
+
+    /// Writes the code of `v` into `out`. Panics if `v.len() != dim()` or
+    /// `out.len() != pq_bytes()`.
+    pub fn encode_into(&self, v: &[f32], out: &mut [u8]) {
+        assert_eq!(
+            v.len(),
+            self.dim,
+            "PQ encode: vector has the wrong dimension"
+        );
+        assert_eq!(
+            out.len(),
+            self.pq_bytes(),
+            "PQ encode: code buffer has the wrong length"
+        );
+        for (s, (table, byte)) in self.tables.iter().zip(out.iter_mut()).enumerate() {
+            // Fits: the table has at most 256 centroids.
+            *byte = table.nearest(&v[self.bounds[s]..self.bounds[s + 1]]).0 as u8;
+        }
+    }
+
+    /// Codes of all rows of `data` (rows of `dim()` values), concatenated, computed in parallel.
+    /// Panics if `data` is not a whole number of rows.
+    pub fn encode_batch(&self, data: &[f32], threads: usize) -> Vec<u8> {
+        assert_eq!(
+            data.len() % self.dim,
+            0,
+            "PQ encode: data is not a whole number of rows"
+        );
+        let (m, rows) = (self.pq_bytes(), data.len() / self.dim);
+        let mut codes = vec![0u8; rows * m];
+        if threads <= 1 {
+            self.encode_rows(data, &mut codes);
+            return codes;
+        }
+        let rows_per_thread = rows.div_ceil(threads).max(1);
+        std::thread::scope(|scope| {
+            for (chunk, out) in codes.chunks_mut(rows_per_thread * m).enumerate() {
+                let input = &data[chunk * rows_per_thread * self.dim..];
+                scope.spawn(move || self.encode_rows(input, out));
+            }
+        });
+        codes
+    }
+
+    /// Encodes consecutive rows into consecutive codes (`out` decides how many), subspace by
+    /// subspace over small blocks of rows: one subspace's centroids then stay in L1 across
+    /// the block, where row by row the whole codebook (384 KiB at 384-d) would stream
+    /// through the cache for every vector.
+    fn encode_rows(&self, rows: &[f32], out: &mut [u8]) {
+        const BLOCK_ROWS: usize = 32;
+        let (dim, m) = (self.dim, self.pq_bytes());
+        for (block, codes) in rows
+            .chunks(BLOCK_ROWS * dim)
+            .zip(out.chunks_mut(BLOCK_ROWS * m))
+        {
+            for (s, table) in self.tables.iter().enumerate() {
+                let dims = self.subspace(s);
+                for (v, code) in block.chunks_exact(dim).zip(codes.chunks_exact_mut(m)) {
+                    // Fits: the table has at most 256 centroids.
+                    code[s] = table.nearest(&v[dims.clone()]).0 as u8;
+                }
+            }
+        }
+    }
+
+    /// The vector a code stands for (the "deflated" vector). Panics if
+    /// `code.len() != pq_bytes()`.
+    pub fn reconstruct(&self, code: &[u8]) -> Vec<f32> {
+        let mut v = vec![0f32; self.dim];
+        self.reconstruct_into(code, &mut v);
+        v
+    }
+
+    /// Writes the vector a code stands for into `out`. Panics on length mismatches; a byte
+    /// naming a centroid that does not exist (only possible if fewer than 256 were trained)
+    /// reconstructs as zeros.
+    pub fn reconstruct_into(&self, code: &[u8], out: &mut [f32]) {
+        assert_eq!(
+            code.len(),
+            self.pq_bytes(),
+            "PQ reconstruct: code has the wrong length"
+        );
+        assert_eq!(
+            out.len(),
+            self.dim,
+            "PQ reconstruct: output has the wrong dimension"
+        );
+        for (s, &c) in code.iter().enumerate() {
+            let target = &mut out[self.bounds[s]..self.bounds[s + 1]];
+            if (c as usize) < self.k {
+                target.copy_from_slice(self.centroid(s, c as usize));
+            } else {
+                target.fill(0.0);
+            }
+        }
+    }
+
+    /// The distance table of query `q`. Panics if `q.len() != dim()`.
+    pub fn query_table(&self, q: &[f32]) -> QueryTable {
+        let mut table = QueryTable { rows: Vec::new() };
+        self.query_table_into(q, &mut table);
+        table
+    }
+
+    /// Fills `table` for query `q`, reusing its allocation (for per-query reuse in a search
+    /// loop). Panics if `q.len() != dim()`.
+    pub fn query_table_into(&self, q: &[f32], table: &mut QueryTable) {
+        assert_eq!(
+            q.len(),
+            self.dim,
+            "PQ query table: query has the wrong dimension"
+        );
+        // Entries past `k` belong to no centroid; infinity ranks a corrupt code last.
+        table.rows.clear();
+        table
+            .rows
+            .resize(self.pq_bytes(), [f32::INFINITY; MAX_CENTROIDS]);
+        for (s, (centroids, row)) in self.tables.iter().zip(table.rows.iter_mut()).enumerate() {
+            let sub = &q[self.bounds[s]..self.bounds[s + 1]];
+            match self.metric {
+                Metric::L2 | Metric::Cosine => centroids.squared_distances(sub, row),
+                Metric::InnerProduct => centroids.negative_dots(sub, row),
+            }
+        }
+    }
+}
+
+/// Rows to train on, ascending: all of them when there are at most `max_sample`, otherwise a
+/// seeded sample.
+fn sample_rows(n: usize, max_sample: usize, rng: &mut ChaCha8Rng) -> Vec<usize> {
+    if n <= max_sample {
+        return (0..n).collect();
+    }
+    let mut rows = sample_indices(rng, n, max_sample).into_vec();
+    rows.sort_unstable();
+    rows
+}
+
+fn check_rows_finite(data: &[f32], dim: usize, rows: &[usize]) -> Result<(), PqError> {
+    for &r in rows {
+        let row = &data[r * dim..(r + 1) * dim];
+        if let Some(j) = row.iter().position(|v| !v.is_finite()) {
+            return Err(PqError::BadInput(format!(
+                "PQ training row {r}, element {} is {}; NaN and infinity are not allowed",
+                j + 1,
+                row[j]
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The single copy of the training rows, subspace by subspace: subspace `s` is a contiguous
+/// `rows × width_s` matrix at offset `rows · bounds[s]`. k-means then reads each subspace
+/// sequentially; reading it in place from full rows would touch a whole cache line (and
+/// often a new page) per row for a few floats, which made training memory-bound.
+fn subspace_major_copy(data: &[f32], dim: usize, rows: &[usize], bounds: &[usize]) -> Vec<f32> {
+    let count = rows.len();
+    let mut sample = vec![0f32; count * dim];
+    for (i, &r) in rows.iter().enumerate() {
+        let row = &data[r * dim..(r + 1) * dim];
+        for b in bounds.windows(2) {
+            let width = b[1] - b[0];
+            let start = count * b[0] + i * width;
+            sample[start..start + width].copy_from_slice(&row[b[0]..b[1]]);
+        }
+    }
+    sample
+}
+
+/// Trains every subspace's k-means; subspaces are spread over the threads (each k-means
+/// single-threaded) unless there are fewer subspaces than threads.
+fn train_subspaces(
+    sample: &[f32],
+    rows: usize,
+    bounds: &[usize],
+    k: usize,
+    seeds: &[u64],
+    config: &PqTrainConfig,
+) -> Result<Vec<Vec<f32>>, PqError> {
+    let m = seeds.len();
+    let workers = config.threads.clamp(1, m);
+    let threads_per_kmeans = (config.threads / workers).max(1);
+    let train_one = |s: usize| -> Result<Vec<f32>, PqError> {
+        let block = &sample[rows * bounds[s]..rows * bounds[s + 1]];
+        let view = RowsView::full(block, bounds[s + 1] - bounds[s])
+            .map_err(|e| PqError::BadInput(e.to_string()))?;
+        let mut kconfig = KMeansConfig::new(k, seeds[s]);
+        kconfig.max_iters = config.max_iters;
+        kconfig.threads = threads_per_kmeans;
+        let result =
+            kmeans::train(&view, &kconfig).map_err(|e| PqError::BadInput(e.to_string()))?;
+        Ok(result.centroids)
+    };
+    let mut parts: Vec<Option<Result<Vec<f32>, PqError>>> = (0..m).map(|_| None).collect();
+    std::thread::scope(|scope| {
+        // Worker w trains subspaces w, w + workers, ...: an even share whatever their widths.
+        let handles: Vec<_> = (0..workers)
+            .map(|w| {
+                let train_one = &train_one;
+                scope.spawn(move || {
+                    (w..m)
+                        .step_by(workers)
+                        .map(|s| (s, train_one(s)))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        for handle in handles {
+            for (s, part) in handle.join().expect("PQ training thread panicked") {
+                parts[s] = Some(part);
+            }
+        }
+    });
+    parts
+        .into_iter()
+        .map(|p| p.expect("every subspace was trained"))
+        .collect()
+}
+
+/// Per-query ADC table: `[pq_bytes][256]` distances from each query subvector to each
+/// centroid (squared L2, or negative dot for inner product).
+#[derive(Clone, Debug)]
+pub struct QueryTable {
+    rows: Vec<[f32; MAX_CENTROIDS]>,
+}
+
+impl QueryTable {
+    /// An empty table to fill with [`ProductQuantizer::query_table_into`].
+    pub fn new() -> Self {
+        QueryTable { rows: Vec::new() }
+    }
+
+    pub fn pq_bytes(&self) -> usize {
+        self.rows.len()
+    }
+
+    /// The approximate distance of the vertex with this code. A code must have `pq_bytes()`
+    /// bytes; a shorter one is summed over its length (checked in debug builds only: this
+    /// runs millions of times per second).
+    #[inline]
+    pub fn distance(&self, code: &[u8]) -> f32 {
+        debug_assert_eq!(code.len(), self.rows.len(), "PQ code of the wrong length");
+        // Four independent sums hide the add latency; a u8 index into a 256-entry array
+        // needs no bounds check.
+        let (code4, code_rest) = code.as_chunks::<4>();
+        let (rows4, rows_rest) = self.rows.as_chunks::<4>();
+        let mut acc = [0f32; 4];
+        for (c, r) in code4.iter().zip(rows4) {
+            acc[0] += r[0][c[0] as usize];
+            acc[1] += r[1][c[1] as usize];
+            acc[2] += r[2][c[2] as usize];
+            acc[3] += r[3][c[3] as usize];
+        }
+        let mut sum = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+        for (&c, r) in code_rest.iter().zip(rows_rest) {
+            sum += r[c as usize];
+        }
+        sum
+    }
+
+    /// Distances of consecutive codes (`codes.len() == out.len() * pq_bytes()`).
+    pub fn distances(&self, codes: &[u8], out: &mut [f32]) {
+        debug_assert_eq!(codes.len(), out.len() * self.rows.len());
+        for (d, code) in out.iter_mut().zip(codes.chunks_exact(self.rows.len())) {
+            *d = self.distance(code);
+        }
+    }
+}
+
+impl Default for QueryTable {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+// Serialised codebook: a 32-byte header, the codebook, and a checksum.
+//
+//   0  [u8; 8]  magic "NAVISPQ\0"
+//   8  u32      format version (1)
+//  12  u32      metric code (Metric::code)
+//  16  u32      dim
+//  20  u32      pq_bytes
+//  24  u32      centroids per subspace
+//  28  u32      reserved, 0
+//  32  f32 × (centroids · dim)   codebook, layout of ProductQuantizer::codebook
+//  ..  u64      FNV-1a of all preceding bytes
+//
+// All little-endian. The subspace split is derived from (dim, pq_bytes); a change to that
+// rule needs a new version.
+const MAGIC: [u8; 8] = *b"NAVISPQ\0";
+const FORMAT_VERSION: u32 = 1;
+const HEADER_BYTES: usize = 32;
+
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+fn read_u32(bytes: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]])
+}
+
+impl ProductQuantizer {
+    /// The codebook in the format [`ProductQuantizer::from_bytes`] reads.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(HEADER_BYTES + 4 * self.codebook.len() + 8);
+        out.extend_from_slice(&MAGIC);
+        for field in [
+            FORMAT_VERSION,
+            self.metric.code(),
+            self.dim as u32,
+            self.pq_bytes() as u32,
+            self.k as u32,
+            0,
+        ] {
+            out.extend_from_slice(&field.to_le_bytes());
+        }
+        for v in &self.codebook {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        let checksum = fnv1a(&out);
+        out.extend_from_slice(&checksum.to_le_bytes());
+        out
+    }
+
+    /// Reads a codebook written by [`ProductQuantizer::to_bytes`], rejecting anything else.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self, PqError> {
+        let bad = |m: String| Err(PqError::BadCodebook(m));
+        if bytes.len() < MAGIC.len() || bytes[..MAGIC.len()] != MAGIC {
+            return bad("not a navis PQ codebook (bad magic)".into());
+        }
+        if bytes.len() < HEADER_BYTES {
+            return bad(format!(
+                "PQ codebook truncated: {} bytes, header needs {HEADER_BYTES}",
+                bytes.len()
+            ));
+        }
+        let version = read_u32(bytes, 8);
+        if version != FORMAT_VERSION {
+            return bad(format!(
+                "PQ codebook format version {version} is not supported (expected {FORMAT_VERSION})"
+            ));
+        }
+        let Some(metric) = Metric::from_code(read_u32(bytes, 12)) else {
+            return bad(format!(
+                "PQ codebook has unknown metric code {}",
+                read_u32(bytes, 12)
+            ));
+        };
+        let (dim, m, k) = (
+            read_u32(bytes, 16) as usize,
+            read_u32(bytes, 20) as usize,
+            read_u32(bytes, 24) as usize,
+        );
+        check_shape(dim, m)
+            .map_err(|e| PqError::BadCodebook(format!("PQ codebook header: {e}")))?;
+        if k == 0 || k > MAX_CENTROIDS {
+            return bad(format!("PQ codebook header: {k} centroids per subspace"));
+        }
+        let expected = HEADER_BYTES + 4 * k * dim + 8;
+        if bytes.len() != expected {
+            return bad(format!(
+                "PQ codebook has {} bytes, expected {expected} for {k} centroids of {dim} dimensions (truncated or trailing data)",
+                bytes.len()
+            ));
+        }
+        let body = expected - 8;
+        let stored = u64::from_le_bytes(bytes[body..].try_into().expect("8 bytes"));
+        if stored != fnv1a(&bytes[..body]) {
+            return bad("PQ codebook checksum mismatch (corrupt file)".into());
+        }
+        let codebook = bytes[HEADER_BYTES..body]
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        Self::from_codebook(metric, dim, m, k, codebook)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dataset::{brute_force_knn, recall_at_k, synthetic_clustered};
+    use crate::distance::normalize;
+
+    /// Training with fewer iterations: the tests run unoptimised, where full training of a
+    /// few thousand rows takes many seconds.
+    fn quick_train(
+        data: &[f32],
+        dim: usize,
+        m: usize,
+        metric: Metric,
+        seed: u64,
+    ) -> ProductQuantizer {
+        let mut config = PqTrainConfig::new(seed, 2);
+        config.max_iters = 6;
+        ProductQuantizer::train_with(data, dim, data.len() / dim, m, metric, &config).unwrap()
+    }
+
+    fn relative_close(a: f32, b: f32, tolerance: f32) -> bool {
+        (a - b).abs() <= tolerance * a.abs().max(b.abs()).max(1.0)
+    }
+
+    fn mean_squared_distance_to_mean(data: &[f32], dim: usize) -> f64 {
+        let n = data.len() / dim;
+        let mut mean = vec![0f64; dim];
+        data.chunks_exact(dim)
+            .for_each(|r| r.iter().zip(&mut mean).for_each(|(v, m)| *m += *v as f64));
+        mean.iter_mut().for_each(|m| *m /= n as f64);
+        data.chunks_exact(dim)
+            .map(|r| {
+                r.iter()
+                    .zip(&mean)
+                    .map(|(v, m)| (*v as f64 - m).powi(2))
+                    .sum::<f64>()
+            })
+            .sum::<f64>()
+            / n as f64
+    }
+
+    #[test]
+    fn reconstruction_error_is_far_below_the_data_variance() {
+        let (n, dim) = (1500, 32);
+        let data = synthetic_clustered(n, dim, 20, 1);
+        let pq = quick_train(&data, dim, 8, Metric::L2, 7);
+        assert_eq!((pq.pq_bytes(), pq.centroids_per_subspace()), (8, 256));
+        let codes = pq.encode_batch(&data, 2);
+        let error: f64 = codes
+            .chunks_exact(8)
+            .zip(data.chunks_exact(dim))
+            .map(|(c, v)| Metric::L2.search_distance(&pq.reconstruct(c), v) as f64)
+            .sum::<f64>()
+            / n as f64;
+        let variance = mean_squared_distance_to_mean(&data, dim);
+        assert!(
+            error < 0.05 * variance,
+            "reconstruction error {error} vs variance {variance}"
+        );
+    }
+
+    #[test]
+    fn adc_distance_equals_distance_to_reconstruction() {
+        let (n, dim) = (600, 24);
+        let mut data = synthetic_clustered(n + 20, dim, 10, 2);
+        for metric in [Metric::L2, Metric::InnerProduct, Metric::Cosine] {
+            if metric == Metric::Cosine {
+                data.chunks_exact_mut(dim)
+                    .for_each(|r| assert!(normalize(r)));
+            }
+            let (base, queries) = data.split_at(n * dim);
+            let pq = quick_train(base, dim, 6, metric, 3);
+            for q in queries.chunks_exact(dim) {
+                let table = pq.query_table(q);
+                for v in base.chunks_exact(dim).step_by(37) {
+                    let code = pq.encode(v);
+                    let adc = table.distance(&code);
+                    let exact = metric.search_distance(q, &pq.reconstruct(&code));
+                    assert!(
+                        relative_close(adc, exact, 1e-3),
+                        "{metric:?}: ADC {adc} vs {exact}"
+                    );
+                }
+            }
+        }
+    }
+
+    fn pq_candidates_recall(metric: Metric) -> f64 {
+        let (n, nq, dim, m) = (2000, 30, 32, 8);
+        let data = synthetic_clustered(n + nq, dim, 30, 5);
+        let (base, queries) = data.split_at(n * dim);
+        let pq = quick_train(base, dim, m, metric, 11);
+        let codes = pq.encode_batch(base, 2);
+        let truth = brute_force_knn(base, dim, queries, 10, metric, 2);
+        let mut distances = vec![0f32; n];
+        let found: Vec<Vec<u32>> = queries
+            .chunks_exact(dim)
+            .map(|q| {
+                pq.query_table(q).distances(&codes, &mut distances);
+                let mut order: Vec<u32> = (0..n as u32).collect();
+                order.sort_by(|&a, &b| distances[a as usize].total_cmp(&distances[b as usize]));
+                order.truncate(100);
+                order
+            })
+            .collect();
+        // recall_at_k compares equal-length prefixes, so count top-10 hits within 100 by hand.
+        let hits: usize = truth
+            .iter()
+            .zip(&found)
+            .map(|(t, f)| t.iter().filter(|id| f.contains(id)).count())
+            .sum();
+        let recall = hits as f64 / (10 * nq) as f64;
+        assert!(recall_at_k(&found, &truth, 10) <= recall);
+        recall
+    }
+
+    #[test]
+    fn pq_ordering_keeps_the_true_neighbours_near_the_front() {
+        let l2 = pq_candidates_recall(Metric::L2);
+        assert!(
+            l2 >= 0.97,
+            "L2 recall of top-10 within 100 PQ candidates: {l2}"
+        );
+        let ip = pq_candidates_recall(Metric::InnerProduct);
+        assert!(
+            ip >= 0.9,
+            "inner-product recall of top-10 within 100 PQ candidates: {ip}"
+        );
+    }
+
+    #[test]
+    fn same_seed_same_codebook_for_any_thread_count() {
+        let (n, dim) = (500, 20);
+        let data = synthetic_clustered(n, dim, 8, 4);
+        let a = ProductQuantizer::train(&data, dim, n, 5, Metric::L2, 9, 1).unwrap();
+        let b = ProductQuantizer::train(&data, dim, n, 5, Metric::L2, 9, 3).unwrap();
+        let c = ProductQuantizer::train(&data, dim, n, 5, Metric::L2, 10, 1).unwrap();
+        assert_eq!(a.to_bytes(), b.to_bytes());
+        assert_ne!(a.codebook(), c.codebook());
+        assert_eq!(a.encode_batch(&data, 1), b.encode_batch(&data, 4));
+    }
+
+    #[test]
+    fn uneven_dimension_split() {
+        let (n, dim) = (600, 10);
+        let data = synthetic_clustered(n, dim, 4, 6);
+        let pq = ProductQuantizer::train(&data, dim, n, 3, Metric::L2, 1, 2).unwrap();
+        assert_eq!(
+            (pq.subspace(0), pq.subspace(1), pq.subspace(2)),
+            (0..4, 4..7, 7..10)
+        );
+        assert_eq!(pq.codebook().len(), 256 * 10);
+        assert_eq!(pq.centroid(1, 255).len(), 3);
+        let v = &data[..dim];
+        let code = pq.encode(v);
+        assert_eq!(code.len(), 3);
+        // Each byte is the nearest centroid of its own subspace.
+        for s in 0..3 {
+            let sub = &v[pq.subspace(s)];
+            let best = (0..256)
+                .min_by(|&a, &b| {
+                    let da = Metric::L2.search_distance(sub, pq.centroid(s, a));
+                    let db = Metric::L2.search_distance(sub, pq.centroid(s, b));
+                    da.total_cmp(&db)
+                })
+                .unwrap();
+            let chosen = Metric::L2.search_distance(sub, pq.centroid(s, code[s] as usize));
+            assert!(chosen <= Metric::L2.search_distance(sub, pq.centroid(s, best)) + 1e-5);
+        }
+        assert_eq!(subspace_bounds(7, 7), vec![0, 1, 2, 3, 4, 5, 6, 7]);
+        assert_eq!(
+            subspace_bounds(384, 48)
+                .windows(2)
+                .map(|b| b[1] - b[0])
+                .max(),
+            Some(8)
+        );
+    }
+
+    #[test]
+    fn small_samples_and_sampling() {
+        let dim = 8;
+        let data = synthetic_clustered(100, dim, 3, 8);
+        let pq = ProductQuantizer::train(&data, dim, 100, 4, Metric::L2, 1, 1).unwrap();
+        assert_eq!(pq.centroids_per_subspace(), 100);
+        assert!(pq.encode_batch(&data, 2).iter().all(|&c| c < 100));
+        // Every row is a training row and 100 centroids for 100 rows: near-exact codes.
+        let code = pq.encode(&data[..dim]);
+        assert!(Metric::L2.search_distance(&pq.reconstruct(&code), &data[..dim]) < 1e-3);
+
+        let big = synthetic_clustered(3000, dim, 3, 8);
+        let mut config = PqTrainConfig::new(1, 2);
+        config.max_sample = 300;
+        let sampled =
+            ProductQuantizer::train_with(&big, dim, 3000, 4, Metric::L2, &config).unwrap();
+        assert_eq!(sampled.centroids_per_subspace(), 256);
+    }
+
+    #[test]
+    fn rejects_bad_parameters_and_input() {
+        let data = vec![0.5f32; 40];
+        let err = |r: Result<ProductQuantizer, PqError>| r.unwrap_err();
+        assert_eq!(
+            err(ProductQuantizer::train(&data, 4, 10, 0, Metric::L2, 0, 1)).to_string(),
+            "pq_bytes must be between 1 and the dimension 4, got 0"
+        );
+        assert!(matches!(
+            err(ProductQuantizer::train(&data, 4, 10, 5, Metric::L2, 0, 1)),
+            PqError::BadParameter(_)
+        ));
+        assert!(matches!(
+            err(ProductQuantizer::train(&data, 0, 10, 1, Metric::L2, 0, 1)),
+            PqError::BadParameter(_)
+        ));
+        assert!(
+            err(ProductQuantizer::train(&data, 4, 9, 2, Metric::L2, 0, 1))
+                .to_string()
+                .contains("do not form 9 rows")
+        );
+        assert!(matches!(
+            err(ProductQuantizer::train(&[], 4, 0, 2, Metric::L2, 0, 1)),
+            PqError::BadInput(_)
+        ));
+        let mut bad = data.clone();
+        bad[6] = f32::NAN;
+        assert_eq!(
+            err(ProductQuantizer::train(&bad, 4, 10, 2, Metric::L2, 0, 1)).to_string(),
+            "PQ training row 1, element 3 is NaN; NaN and infinity are not allowed"
+        );
+        assert!(ProductQuantizer::from_codebook(Metric::L2, 4, 2, 3, vec![0.0; 11]).is_err());
+        assert!(
+            ProductQuantizer::from_codebook(Metric::L2, 4, 2, 257, vec![0.0; 257 * 4]).is_err()
+        );
+    }
+
+    #[test]
+    fn identical_rows_train_without_error() {
+        let data = vec![1.25f32; 300 * 6];
+        let pq = ProductQuantizer::train(&data, 6, 300, 3, Metric::L2, 0, 2).unwrap();
+        let code = pq.encode(&data[..6]);
+        assert_eq!(pq.reconstruct(&code), vec![1.25; 6]);
+    }
+
+    #[test]
+    fn codebook_bytes_round_trip_and_reject_damage() {
+        let (n, dim) = (500, 12);
+        let data = synthetic_clustered(n, dim, 5, 3);
+        let pq = ProductQuantizer::train(&data, dim, n, 5, Metric::InnerProduct, 2, 2).unwrap();
+        let bytes = pq.to_bytes();
+        assert_eq!(bytes.len(), 32 + 4 * 256 * 12 + 8);
+        let back = ProductQuantizer::from_bytes(&bytes).unwrap();
+        assert_eq!(back.codebook(), pq.codebook());
+        assert_eq!(
+            (back.metric(), back.dim(), back.pq_bytes()),
+            (Metric::InnerProduct, dim, 5)
+        );
+        assert_eq!(back.encode_batch(&data, 1), pq.encode_batch(&data, 1));
+
+        let message = |b: &[u8]| ProductQuantizer::from_bytes(b).unwrap_err().to_string();
+        assert_eq!(
+            message(b"PK\x03\x04 not a codebook"),
+            "not a navis PQ codebook (bad magic)"
+        );
+        assert!(message(&bytes[..20]).contains("truncated"));
+        assert!(message(&bytes[..bytes.len() - 1]).contains("truncated or trailing"));
+        let mut longer = bytes.clone();
+        longer.push(0);
+        assert!(message(&longer).contains("trailing"));
+        let mut flipped = bytes.clone();
+        flipped[1000] ^= 1;
+        assert!(message(&flipped).contains("checksum"));
+        let mut version = bytes.clone();
+        version[8] = 9;
+        assert!(message(&version).contains("version 9 is not supported"));
+        let mut metric = bytes.clone();
+        metric[12] = 7;
+        assert!(message(&metric).contains("unknown metric code 7"));
+        let mut shape = bytes.clone();
+        shape[20] = 13; // pq_bytes 13 > dim 12
+        assert!(message(&shape).contains("pq_bytes must be between 1 and the dimension 12"));
+        for cut in [0, 7, 8, 31, 32, bytes.len() / 2] {
+            assert!(
+                ProductQuantizer::from_bytes(&bytes[..cut]).is_err(),
+                "prefix of {cut} bytes accepted"
+            );
+        }
+    }
+
+    #[test]
+    fn table_reuse_and_batch_distances() {
+        let (n, dim) = (400, 16);
+        let data = synthetic_clustered(n, dim, 4, 12);
+        // 5 subspaces exercise the unrolled loop's remainder.
+        let pq = ProductQuantizer::train(&data, dim, n, 5, Metric::L2, 1, 1).unwrap();
+        let codes = pq.encode_batch(&data, 1);
+        let mut table = QueryTable::new();
+        pq.query_table_into(&data[dim..2 * dim], &mut table);
+        assert_eq!(table.pq_bytes(), 5);
+        let mut out = vec![0f32; n];
+        table.distances(&codes, &mut out);
+        for (i, code) in codes.chunks_exact(5).enumerate() {
+            let reference: f32 = code
+                .iter()
+                .enumerate()
+                .map(|(s, &c)| table.rows[s][c as usize])
+                .sum();
+            assert!(relative_close(out[i], reference, 1e-5));
+        }
+        // The query's own row has the smallest reconstruction distance among near-duplicates.
+        let own = out[1];
+        assert!(out.iter().filter(|&&d| d < own).count() < 5);
+    }
+}
