@@ -7,7 +7,7 @@
 use crate::errors::raise;
 use crate::options::BuildOptions;
 use crate::shmem;
-use crate::vector_sql::array_as_vector;
+use crate::datum::VectorInput;
 use navis_engine::Metric;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -100,6 +100,7 @@ fn index_metric(index: pg_sys::Relation) -> Metric {
 
 /// Rows seen by the build scan, checked the way the real build will check them.
 struct BuildScan {
+    input: VectorInput,
     metric: Metric,
     dim: Option<usize>,
     rows: u64,
@@ -124,12 +125,11 @@ unsafe extern "C-unwind" fn build_callback(
         state.skipped_nulls += 1; // NULL vectors are not indexed (as in pgvector)
         return;
     }
-    // SAFETY: the column type was checked to be real[] before the scan started.
-    let array = unsafe { Array::<f32>::from_datum(datum, false) }.expect("non-null datum");
     let block = pgrx::itemptr::item_pointer_get_block_number(&tid);
     let offset = pgrx::itemptr::item_pointer_get_offset_number(&tid);
     let what = format!("vector in row ({block},{offset})");
-    let v = array_as_vector(array, &what);
+    // SAFETY: the datum is non-NULL and of the indexed column's type, checked before the scan.
+    let v = unsafe { state.input.as_vector(datum, &what) };
     if let Err(e) = navis_engine::validate(v) {
         raise(
             crate::errors::vector_error_code(&e),
@@ -165,10 +165,11 @@ unsafe extern "C-unwind" fn ambuild(
     index_info: *mut pg_sys::IndexInfo,
 ) -> *mut pg_sys::IndexBuildResult {
     shmem::require("CREATE INDEX ... USING navis");
-    check_column_type(index);
+    // SAFETY: an index relation has at least one entry in rd_opcintype.
+    let input = VectorInput::for_type(unsafe { *(*index).rd_opcintype });
     let metric = index_metric(index);
     let options = BuildOptions::of_index(index);
-    let mut scan = BuildScan { metric, dim: None, rows: 0, skipped_nulls: 0, skipped_zero: 0 };
+    let mut scan = BuildScan { input, metric, dim: None, rows: 0, skipped_nulls: 0, skipped_zero: 0 };
     // SAFETY: heap and index are the open relations PostgreSQL passed to ambuild; the
     // callback only touches `scan`, which outlives the call.
     unsafe {
@@ -188,19 +189,6 @@ unsafe extern "C-unwind" fn ambuild(
         ),
         Some("This navis version provides the distance operators; index builds arrive in a later version."),
     )
-}
-
-/// Only `real[]` columns for now; pgvector's `vector` arrives with the access-method issue.
-fn check_column_type(index: pg_sys::Relation) {
-    // SAFETY: an index relation has at least one entry in rd_opcintype.
-    let input_type = unsafe { *(*index).rd_opcintype };
-    if input_type != pg_sys::FLOAT4ARRAYOID {
-        raise(
-            PgSqlErrorCode::ERRCODE_DATATYPE_MISMATCH,
-            "navis indexes support real[] columns only".into(),
-            None,
-        )
-    }
 }
 
 #[pg_guard]

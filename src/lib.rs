@@ -7,6 +7,7 @@
 use pgrx::prelude::*;
 
 mod am;
+mod datum;
 mod errors;
 mod guc;
 mod options;
