@@ -308,6 +308,18 @@ impl EntranceGraph {
         list: usize,
         is_live: impl Fn(VertexId) -> bool,
     ) -> Result<EntrySearch, EntranceError> {
+        self.search_live_counted(query, list, is_live)
+            .map(|(found, _)| found)
+    }
+
+    /// [`search_live`](Self::search_live) that also returns how many exact distances it
+    /// computed, for the per-query counters.
+    pub fn search_live_counted(
+        &self,
+        query: &[f32],
+        list: usize,
+        is_live: impl Fn(VertexId) -> bool,
+    ) -> Result<(EntrySearch, usize), EntranceError> {
         if query.len() != self.dim {
             return Err(EntranceError::Invalid(format!(
                 "query has {} dimensions, the entrance graph {}",
@@ -316,7 +328,7 @@ impl EntranceGraph {
             )));
         }
         if self.is_empty() || list == 0 {
-            return Ok((Vec::new(), Vec::new()));
+            return Ok(((Vec::new(), Vec::new()), 0));
         }
         let mut scratch = SearchScratch::new(self.len());
         greedy_search(
@@ -341,7 +353,7 @@ impl EntranceGraph {
             .map(|&(l, d)| (self.ids[l as usize], d))
             .collect();
         explored.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
-        Ok((entry, explored))
+        Ok(((entry, explored), scratch.distance_computations))
     }
 
     /// Adds `vertex` (Algorithm 2): [`plan_promotion`](Self::plan_promotion) then
@@ -769,6 +781,15 @@ mod tests {
         let (live, _) = g.search_live(q, 10, |v| v != dead).unwrap();
         assert!(!live.contains(&dead));
         assert_eq!(live, all[1..].to_vec());
+        let ((counted, explored), distances) = g.search_live_counted(q, 10, |_| true).unwrap();
+        assert_eq!(counted, all);
+        // Every expanded vertex was scored, and so were neighbours never expanded.
+        assert!(
+            distances > explored.len(),
+            "{distances} vs {}",
+            explored.len()
+        );
+        assert!(distances <= g.len());
     }
 
     #[test]

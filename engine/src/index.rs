@@ -8,8 +8,16 @@
 //! 3. **Graph build**: two-pass Vamana (RobustPrune with alpha).
 //! 4. **Placement**: Starling-style greedy page placement; its overlap ratio is reported
 //!    against identity placement.
-//! 5. **Entrance graph** over about `entrance_ratio` of the vertices.
-//! 6. **Writing** every side file through [`IndexWriter`].
+//! 5. **Entrance graph**: an in-memory Vamana graph ([`EntranceGraph`], R_ent from the
+//!    parameters, build list 64) over the seeded sample of about `entrance_ratio` of the
+//!    vertices, holding their full vectors.
+//! 6. **Writing** every side file through [`IndexWriter`]; the main graph's medoid goes
+//!    into the manifest as the start of searches without entry points.
+//!
+//! An index over zero rows is valid (PostgreSQL builds one for `CREATE INDEX` on an empty
+//! table): it has a placeholder PQ codebook, an empty entrance graph, and every search of
+//! it finds nothing, whatever the query's dimension. Its dimension is
+//! [`IndexParams::dim`], or a placeholder when the caller does not know one.
 //!
 //! The memory estimate is computed and checked against the caller's budget *before* any
 //! allocation that scales with the input beyond the input itself.
@@ -32,6 +40,7 @@ use rand_chacha::ChaCha8Rng;
 use crate::casr::WindowCalibrator;
 use crate::counters::SearchCounters;
 use crate::distance::{normalize, Metric};
+use crate::entrance::{EntranceError, EntranceGraph, EntranceParams, DEFAULT_BUILD_LIST};
 use crate::graph::{self, BuildControl, BuildError, VamanaParams};
 use crate::io::PageReader;
 use crate::placement::{greedy_placement, identity_placement, overlap_ratio, Placement};
@@ -94,6 +103,9 @@ impl From<BuildError> for IndexError {
 #[derive(Clone, Debug, PartialEq)]
 pub struct IndexParams {
     pub metric: Metric,
+    /// The column's declared dimension, if it has one: rows must match it, and an index
+    /// over zero rows takes it. `None` lets the rows decide (zero rows: a placeholder).
+    pub dim: Option<usize>,
     /// R.
     pub max_degree: usize,
     /// Vamana build list L.
@@ -116,6 +128,7 @@ impl Default for IndexParams {
     fn default() -> IndexParams {
         IndexParams {
             metric: Metric::L2,
+            dim: None,
             max_degree: 96,
             build_list: 128,
             alpha: 1.2,
@@ -224,7 +237,7 @@ pub fn build_index(
     cancel: Cancel,
 ) -> Result<BuildReport, IndexError> {
     let n = tids.len();
-    let dim = infer_dim(vectors.len(), n)?;
+    let dim = infer_dim(vectors.len(), n, params)?;
     params.validate(dim)?;
     let pq_bytes = params.pq_bytes_for(dim);
     let mut report = BuildReport {
@@ -290,9 +303,14 @@ pub fn build_index(
     clock.finish(&mut report);
     check()?;
 
-    clock.start(BuildPhase::Entrance, entrance_ids.len() as u64);
-    let entrance = SampleEntrance::new(entrance_ids, data, dim, params.metric, graph.medoid);
-    report.entrance_size = entrance.ids.len();
+    clock.start(BuildPhase::Entrance, 2 * entrance_ids.len() as u64);
+    let report_entrance = |done: u64, total: u64| progress(BuildPhase::Entrance, done, total);
+    let control = BuildControl {
+        progress: Some(&report_entrance),
+        should_stop: Some(&cancel),
+    };
+    let entrance = build_entrance(entrance_ids, data, dim, params, &control)?;
+    report.entrance_size = entrance.len();
     clock.finish(&mut report);
     check()?;
 
@@ -318,7 +336,7 @@ pub fn build_index(
             entrance_degree: params.entrance_degree as u32,
         },
     };
-    let manifest = IndexWriter::create(dir, &input)?;
+    let manifest = IndexWriter::create_with_medoid(dir, &input, graph.medoid)?;
     report.edge_pages = manifest.edge_pages;
     clock.finish(&mut report);
     report.file_sizes = file_sizes(dir);
@@ -326,18 +344,35 @@ pub fn build_index(
     Ok(report)
 }
 
-fn infer_dim(values: usize, n: usize) -> Result<usize, IndexError> {
+/// The index's dimension: the rows', checked against a declared one; for zero rows the
+/// declared one or a placeholder.
+fn infer_dim(values: usize, n: usize, params: &IndexParams) -> Result<usize, IndexError> {
     if n == 0 {
-        return Err(IndexError::Invalid(
-            "cannot build a navis index over zero vectors".into(),
-        ));
+        if values != 0 {
+            return Err(IndexError::Invalid(format!(
+                "{values} vector values given for zero rows"
+            )));
+        }
+        return Ok(params.dim.unwrap_or_else(|| empty_index_dim(params)));
     }
     if values == 0 || !values.is_multiple_of(n) {
         return Err(IndexError::Invalid(format!(
             "{values} vector values do not form {n} rows of equal dimension"
         )));
     }
-    Ok(values / n)
+    let dim = values / n;
+    match params.dim {
+        Some(declared) if declared != dim => Err(IndexError::Invalid(format!(
+            "rows have {dim} dimensions, the index was declared with {declared}"
+        ))),
+        _ => Ok(dim),
+    }
+}
+
+/// Placeholder dimension of an empty index whose column declares none: the smallest that
+/// the PQ code size accepts. No vector has it; the search of an empty index ignores it.
+fn empty_index_dim(params: &IndexParams) -> usize {
+    params.pq_bytes.unwrap_or(1).max(1)
 }
 
 /// Validates every row; returns a normalised copy for cosine (None: use the input as is).
@@ -364,7 +399,7 @@ fn prepared_rows(
 }
 
 fn entrance_sample(n: usize, ratio: f32, seed: u64) -> Vec<VertexId> {
-    let size = ((n as f64 * ratio as f64).ceil() as usize).clamp(1, n);
+    let size = ((n as f64 * ratio as f64).ceil() as usize).clamp(1.min(n), n);
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x656e_7472);
     let mut ids: Vec<VertexId> = sample(&mut rng, n, size)
         .into_iter()
@@ -381,6 +416,12 @@ fn train_pq(
     pq_bytes: usize,
     params: &IndexParams,
 ) -> Result<ProductQuantizer, IndexError> {
+    if n == 0 {
+        // Nothing to train on, and nothing will ever be encoded with it: one zero centroid
+        // per subspace keeps the codebook file valid.
+        return ProductQuantizer::from_codebook(params.metric, dim, pq_bytes, 1, vec![0.0; dim])
+            .map_err(|e| IndexError::Invalid(format!("empty PQ codebook: {e}")));
+    }
     ProductQuantizer::train(
         data,
         dim,
@@ -391,6 +432,32 @@ fn train_pq(
         params.threads,
     )
     .map_err(|e| IndexError::Invalid(format!("PQ training failed: {e}")))
+}
+
+/// The entrance graph over `ids` (the index's own seeded sample), built like the main graph
+/// but with R_ent and the entrance build list.
+fn build_entrance(
+    ids: Vec<VertexId>,
+    data: &[f32],
+    dim: usize,
+    params: &IndexParams,
+    control: &BuildControl,
+) -> Result<EntranceGraph, IndexError> {
+    let entrance = EntranceParams {
+        ratio: params.entrance_ratio as f64,
+        min_size: 1,
+        max_degree: params.entrance_degree,
+        build_list: DEFAULT_BUILD_LIST.max(params.entrance_degree),
+        alpha: params.alpha,
+        seed: params.seed ^ 0x656e_7472,
+        threads: params.threads,
+    };
+    EntranceGraph::build_from_ids(ids, data, dim, params.metric, &entrance, control).map_err(|e| {
+        match e {
+            EntranceError::Build(BuildError::Cancelled) => IndexError::Cancelled,
+            other => IndexError::Invalid(other.to_string()),
+        }
+    })
 }
 
 fn place(
@@ -451,107 +518,6 @@ impl<'a> PhaseClock<'a> {
     }
 }
 
-/// Entry-point source: a seeded sample of about `entrance_ratio` of the vertices with their
-/// full vectors, searched exhaustively. It stands in for the entrance *graph* until that
-/// module is wired in; its cost is `|sample| * dim` per query, 1% of a brute-force scan.
-#[derive(Clone, Debug, PartialEq)]
-struct SampleEntrance {
-    metric: Metric,
-    dim: usize,
-    medoid: VertexId,
-    ids: Vec<VertexId>,
-    vectors: Vec<f32>,
-}
-
-const ENTRANCE_MAGIC: u32 = u32::from_le_bytes(*b"NVSE");
-
-impl SampleEntrance {
-    fn new(ids: Vec<VertexId>, data: &[f32], dim: usize, metric: Metric, medoid: VertexId) -> Self {
-        let mut vectors = Vec::with_capacity(ids.len() * dim);
-        for &v in &ids {
-            vectors.extend_from_slice(&data[v as usize * dim..(v as usize + 1) * dim]);
-        }
-        SampleEntrance {
-            metric,
-            dim,
-            medoid,
-            ids,
-            vectors,
-        }
-    }
-
-    fn search(&self, query: &[f32], list: usize, counters: &mut SearchCounters) -> Vec<VertexId> {
-        let mut scored: Vec<(VertexId, f32)> = self
-            .ids
-            .iter()
-            .zip(self.vectors.chunks_exact(self.dim))
-            .map(|(&id, v)| (id, self.metric.search_distance(query, v)))
-            .collect();
-        counters.entrance_distances += scored.len() as u64;
-        let keep = list.min(scored.len());
-        if keep == 0 {
-            return Vec::new();
-        }
-        scored.select_nth_unstable_by(keep - 1, |a, b| a.1.total_cmp(&b.1));
-        scored.truncate(keep);
-        crate::casr::sort_by_distance(&mut scored);
-        scored.into_iter().map(|p| p.0).collect()
-    }
-
-    fn to_bytes(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(20 + self.ids.len() * (4 + 4 * self.dim));
-        for word in [
-            ENTRANCE_MAGIC,
-            self.metric.code(),
-            self.dim as u32,
-            self.medoid,
-            self.ids.len() as u32,
-        ] {
-            out.extend_from_slice(&word.to_le_bytes());
-        }
-        for id in &self.ids {
-            out.extend_from_slice(&id.to_le_bytes());
-        }
-        for x in &self.vectors {
-            out.extend_from_slice(&x.to_le_bytes());
-        }
-        out
-    }
-
-    fn from_bytes(bytes: &[u8]) -> Result<Self, String> {
-        let word = |i: usize| -> Result<u32, String> {
-            bytes
-                .get(i * 4..i * 4 + 4)
-                .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")))
-                .ok_or_else(|| "entrance sample is truncated".to_string())
-        };
-        if word(0)? != ENTRANCE_MAGIC {
-            return Err("entrance sample has a bad magic number".into());
-        }
-        let metric = Metric::from_code(word(1)?).ok_or("entrance sample has an unknown metric")?;
-        let (dim, medoid, count) = (word(2)? as usize, word(3)?, word(4)? as usize);
-        let expected = 20 + count * 4 + count * dim * 4;
-        if bytes.len() != expected {
-            return Err(format!(
-                "entrance sample is {} bytes, {count} entries of dimension {dim} need {expected}",
-                bytes.len()
-            ));
-        }
-        let ids = (0..count).map(|i| word(5 + i)).collect::<Result<_, _>>()?;
-        let vectors = bytes[20 + count * 4..]
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes")))
-            .collect();
-        Ok(SampleEntrance {
-            metric,
-            dim,
-            medoid,
-            ids,
-            vectors,
-        })
-    }
-}
-
 /// CASR window for searches: fixed, off, or calibrated on the index's first queries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CasrSetting {
@@ -565,7 +531,7 @@ pub enum CasrSetting {
 pub struct Index {
     files: IndexFiles,
     pq: ProductQuantizer,
-    entrance: SampleEntrance,
+    entrance: EntranceGraph,
     calibrator: Mutex<WindowCalibrator>,
 }
 
@@ -575,14 +541,21 @@ impl Index {
         let files = IndexFiles::open(dir)?;
         let pq = ProductQuantizer::from_bytes(files.pq_codebook())
             .map_err(|e| IndexError::Invalid(format!("{}: bad PQ codebook: {e}", dir.display())))?;
-        let entrance = SampleEntrance::from_bytes(files.entrance())
+        let entrance = EntranceGraph::from_bytes(files.entrance())
             .map_err(|e| IndexError::Invalid(format!("{}: {e}", dir.display())))?;
         let m = files.manifest();
-        if pq.dim() != m.dim as usize || entrance.dim != m.dim as usize {
+        if pq.dim() != m.dim as usize || entrance.dim() != m.dim as usize {
             return Err(IndexError::Invalid(format!(
-                "{}: PQ codebook or entrance sample disagrees with the manifest's dimension {}",
+                "{}: PQ codebook or entrance graph disagrees with the manifest's dimension {}",
                 dir.display(),
                 m.dim
+            )));
+        }
+        if entrance.metric() != m.metric || entrance.ids().iter().any(|&v| v >= m.vertex_count) {
+            return Err(IndexError::Invalid(format!(
+                "{}: entrance graph does not match the manifest's metric or {} vertices",
+                dir.display(),
+                m.vertex_count
             )));
         }
         Ok(Index {
@@ -615,6 +588,11 @@ impl Index {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// The in-memory entrance graph.
+    pub fn entrance(&self) -> &EntranceGraph {
+        &self.entrance
     }
 
     /// Replaces the search-window calibrator (e.g. to change the warm-up count).
@@ -732,17 +710,33 @@ impl IndexSource for DiskReader<'_> {
             .map_or(f32::INFINITY, |code| table.distance(code))
     }
 
+    fn is_empty(&self) -> bool {
+        self.index.is_empty()
+    }
+
     fn entry_points(
         &self,
         query: &[f32],
         list: usize,
         counters: &mut SearchCounters,
     ) -> Vec<VertexId> {
-        self.index.entrance.search(query, list, counters)
+        let live = |v: VertexId| {
+            self.entry(v)
+                .is_some_and(|e| e.is_live() && !e.is_deleted())
+        };
+        // The query was checked against the index's dimension, which the entrance graph
+        // shares (checked at open), so the search cannot fail.
+        match self.index.entrance.search_live_counted(query, list, live) {
+            Ok(((entry, _), distances)) => {
+                counters.entrance_distances += distances as u64;
+                entry
+            }
+            Err(_) => Vec::new(),
+        }
     }
 
     fn medoid(&self) -> VertexId {
-        self.index.entrance.medoid
+        self.index.files.manifest().medoid
     }
 
     fn read_edge_pages(&mut self, pages: &[u32], out: &mut [u8]) -> io::Result<()> {
@@ -815,28 +809,199 @@ pub fn index_paths(dir: &Path) -> Vec<PathBuf> {
 mod tests {
     use super::*;
 
+    fn none(_: BuildPhase, _: u64, _: u64) {}
+    fn never() -> bool {
+        false
+    }
+
+    fn small_params(metric: Metric) -> IndexParams {
+        IndexParams {
+            metric,
+            max_degree: 16,
+            build_list: 32,
+            pq_bytes: Some(2),
+            threads: 2,
+            ..IndexParams::default()
+        }
+    }
+
+    fn tids(n: usize) -> Vec<HeapTid> {
+        (0..n)
+            .map(|i| HeapTid {
+                block: 100 + i as u32,
+                offset: 1,
+            })
+            .collect()
+    }
+
+    fn search_all(index: &Index, query: &[f32], params: SearchParams) -> Vec<SearchHit> {
+        let mut reader = index.reader().unwrap();
+        let mut cursor = SearchCursor::new(&mut reader, query, params).unwrap();
+        let mut hits = Vec::new();
+        while let Some(hit) = cursor.next_hit().unwrap() {
+            hits.push(hit);
+        }
+        hits
+    }
+
     #[test]
-    fn entrance_sample_round_trips_and_searches() {
-        let data: Vec<f32> = (0..40).map(|i| i as f32).collect(); // 20 rows of 2
-        let e = SampleEntrance::new(vec![1, 5, 9, 13], &data, 2, Metric::L2, 9);
-        let back = SampleEntrance::from_bytes(&e.to_bytes()).unwrap();
-        assert_eq!(back, e);
+    fn empty_index_opens_and_finds_nothing() {
+        let tmp = tempfile::tempdir().unwrap();
+        for (name, declared, metric) in [
+            ("undeclared", None, Metric::L2),
+            ("declared", Some(6), Metric::Cosine),
+        ] {
+            let dir = tmp.path().join(name);
+            let params = IndexParams {
+                dim: declared,
+                ..small_params(metric)
+            };
+            let report = build_index(&dir, &[], &[], &params, &none, &never).unwrap();
+            assert_eq!((report.vertices, report.entrance_size), (0, 0));
+            let index = Index::open(&dir).unwrap();
+            assert!(index.is_empty());
+            assert_eq!(index.dim(), declared.unwrap_or(2));
+            assert_eq!(index.files().manifest().medoid, 0);
+            assert!(index.entrance().is_empty());
+            // Any dimension finds nothing, with and without the entrance graph.
+            for query in [vec![1.0, 2.0, 3.0], vec![0.5; 6], vec![7.0]] {
+                for use_entrance in [true, false] {
+                    let p = SearchParams {
+                        use_entrance,
+                        ..SearchParams::default()
+                    };
+                    assert!(search_all(&index, &query, p).is_empty());
+                }
+                let mut reader = index.reader().unwrap();
+                let (hits, c) = index
+                    .search(
+                        &mut reader,
+                        &query,
+                        SearchParams::default(),
+                        CasrSetting::Auto,
+                    )
+                    .unwrap();
+                assert!(hits.is_empty());
+                assert_eq!((c.hops, c.pq_distances, c.entrance_distances), (0, 0, 0));
+            }
+            // Invalid queries are still refused.
+            let mut reader = index.reader().unwrap();
+            assert!(SearchCursor::new(&mut reader, &[f32::NAN], SearchParams::default()).is_err());
+            assert!(SearchCursor::new(&mut reader, &[], SearchParams::default()).is_err());
+        }
+    }
+
+    #[test]
+    fn one_and_two_vector_indexes_return_every_row() {
+        let tmp = tempfile::tempdir().unwrap();
+        let rows: [&[f32]; 2] = [&[1.0, 0.0, 0.0, 0.0], &[0.0, 3.0, 0.0, 4.0]];
+        for n in [1usize, 2] {
+            for metric in [Metric::L2, Metric::Cosine, Metric::InnerProduct] {
+                let dir = tmp.path().join(format!("{n}-{}", metric.code()));
+                let data: Vec<f32> = rows[..n].concat();
+                let report =
+                    build_index(&dir, &data, &tids(n), &small_params(metric), &none, &never)
+                        .unwrap();
+                assert_eq!((report.vertices, report.entrance_size), (n, 1));
+                let index = Index::open(&dir).unwrap();
+                assert_eq!(index.len(), n);
+                assert!(index.files().manifest().medoid < n as u32);
+                for use_entrance in [true, false] {
+                    let p = SearchParams {
+                        use_entrance,
+                        ..SearchParams::default()
+                    };
+                    // The query equal to the last row finds it first, then the other one.
+                    let hits = search_all(&index, rows[n - 1], p);
+                    let ids: Vec<VertexId> = hits.iter().map(|h| h.id).collect();
+                    let expected: Vec<VertexId> = (0..n as VertexId).rev().collect();
+                    assert_eq!(ids, expected, "n={n} {metric:?} entrance={use_entrance}");
+                    assert_eq!(hits[0].tid, tids(n)[n - 1]);
+                    let exact = metric.search_distance(rows[n - 1], rows[n - 1]);
+                    let d0 = if metric == Metric::Cosine { 0.0 } else { exact };
+                    assert!((hits[0].distance - d0).abs() < 1e-5, "{}", hits[0].distance);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn entrance_graph_is_persisted_and_seeds_the_search() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("idx");
+        let (n, dim) = (3000, 8);
+        let data = crate::dataset::synthetic_clustered(n, dim, 8, 5);
+        let params = IndexParams {
+            entrance_ratio: 0.02,
+            entrance_degree: 12,
+            ..small_params(Metric::L2)
+        };
+        let phases = Mutex::new(Vec::new());
+        let progress = |p: BuildPhase, done: u64, total: u64| {
+            phases.lock().unwrap().push((p, done, total));
+        };
+        let report = build_index(&dir, &data, &tids(n), &params, &progress, &never).unwrap();
+        assert_eq!(report.entrance_size, 60);
+        assert!(phases
+            .lock()
+            .unwrap()
+            .contains(&(BuildPhase::Entrance, 120, 120)));
+        let index = Index::open(&dir).unwrap();
+        let entrance = index.entrance();
+        assert_eq!(entrance.ids(), entrance_sample(n, 0.02, params.seed));
+        assert_eq!(entrance.max_degree(), 12);
+        assert!(entrance
+            .ids()
+            .iter()
+            .all(|&v| entrance.vector(v).unwrap() == &data[v as usize * dim..][..dim]));
+        let reader = index.reader().unwrap();
+        let query = &data[17 * dim..18 * dim];
         let mut c = SearchCounters::default();
-        assert_eq!(e.search(&[19.0, 20.0], 2, &mut c), vec![9, 13]);
-        assert_eq!(c.entrance_distances, 4);
-        let bytes = e.to_bytes();
-        assert!(SampleEntrance::from_bytes(&bytes[..bytes.len() - 1]).is_err());
+        let entry = reader.entry_points(query, 10, &mut c);
+        assert_eq!(entry.len(), 10);
+        assert!(entry.iter().all(|&v| entrance.contains(v)));
+        assert!(c.entrance_distances >= 10 && c.entrance_distances <= 60);
+        // The closest sampled vertex, by brute force, is the first entry point.
+        let closest = entrance
+            .ids()
+            .iter()
+            .copied()
+            .min_by(|&a, &b| {
+                let d =
+                    |v: VertexId| Metric::L2.search_distance(query, entrance.vector(v).unwrap());
+                d(a).total_cmp(&d(b))
+            })
+            .unwrap();
+        assert_eq!(entry[0], closest);
+        // The query is vertex 17: both seeding modes find it first.
+        for use_entrance in [true, false] {
+            let p = SearchParams {
+                use_entrance,
+                ..SearchParams::default()
+            };
+            assert_eq!(search_all(&index, query, p)[0].id, 17);
+        }
+        // The start of unseeded searches is the main graph's medoid, kept in the manifest.
+        let medoid = index.files().manifest().medoid;
+        assert!(medoid < n as u32);
+        let manifest = std::fs::read_to_string(dir.join("manifest")).unwrap();
+        assert!(manifest.contains(&format!("\nmedoid={medoid}\n")));
+        assert_eq!(reader.medoid(), medoid);
     }
 
     #[test]
     fn bad_build_input_is_rejected_before_work() {
         let dir = tempfile::tempdir().unwrap();
-        let none = |_: BuildPhase, _: u64, _: u64| {};
-        let never = || false;
         let p = IndexParams::default();
-        let err = build_index(dir.path(), &[], &[], &p, &none, &never).unwrap_err();
-        assert!(err.to_string().contains("zero vectors"), "{err}");
+        let err = build_index(dir.path(), &[1.0], &[], &p, &none, &never).unwrap_err();
+        assert!(err.to_string().contains("for zero rows"), "{err}");
         let tids = [HeapTid::default(); 3];
+        let declared = IndexParams {
+            dim: Some(3),
+            ..IndexParams::default()
+        };
+        let err = build_index(dir.path(), &[1.0; 12], &tids, &declared, &none, &never).unwrap_err();
+        assert!(err.to_string().contains("declared with 3"), "{err}");
         let err = build_index(dir.path(), &[0.0; 7], &tids, &p, &none, &never).unwrap_err();
         assert!(err.to_string().contains("rows of equal dimension"), "{err}");
         let mut rows = vec![1.0f32; 12];

@@ -69,6 +69,11 @@ pub trait IndexSource {
     ) -> Vec<VertexId>;
     /// The single start vertex of the no-entrance ablation.
     fn medoid(&self) -> VertexId;
+    /// An index without vertices. Its search finds nothing for any valid query, of any
+    /// dimension: an index built over an empty table may not know its column's dimension.
+    fn is_empty(&self) -> bool {
+        false
+    }
     /// Reads edge pages `pages` into `out` (`pages.len() * PAGE_SIZE` bytes) as one batch.
     fn read_edge_pages(&mut self, pages: &[u32], out: &mut [u8]) -> io::Result<()>;
     /// Loads the vectors and heap TIDs of `ids` as one batch, appending to `vectors` and
@@ -318,7 +323,16 @@ impl<'a, S: IndexSource> SearchCursor<'a, S> {
         params: SearchParams,
     ) -> io::Result<SearchCursor<'a, S>> {
         params.validate()?;
-        let query = prepare_query(source.metric(), source.dim(), query)?;
+        let empty = source.is_empty();
+        let query = if empty {
+            crate::vector::validate(query).map_err(|e| {
+                io::Error::new(io::ErrorKind::InvalidInput, format!("invalid query: {e}"))
+            })?;
+            // Nothing is scored; a table of the index's shape keeps the cursor well formed.
+            vec![0.0; source.dim()]
+        } else {
+            prepare_query(source.metric(), source.dim(), query)?
+        };
         let table = source.pq_table(&query);
         Ok(SearchCursor {
             source,
@@ -337,7 +351,7 @@ impl<'a, S: IndexSource> SearchCursor<'a, S> {
             last_emitted: f32::NEG_INFINITY,
             pass_k: params.k,
             passes: 0,
-            finished: false,
+            finished: empty,
             order_skips: 0,
             first_min_window: None,
             counters: SearchCounters::one_query(),

@@ -55,10 +55,13 @@ pub struct Manifest {
     pub vector_slots: u32,
     /// Entries in the indirection table.
     pub indirection_capacity: u32,
+    /// Where a search without entrance-graph entry points starts (the graph's medoid); 0 in
+    /// an empty index.
+    pub medoid: u32,
     pub params: BuildParams,
 }
 
-const KEYS: [&str; 14] = [
+const KEYS: [&str; 15] = [
     "format_version",
     "metric",
     "dim",
@@ -73,6 +76,7 @@ const KEYS: [&str; 14] = [
     "alpha",
     "entrance_ratio",
     "entrance_degree",
+    "medoid",
 ];
 
 impl Manifest {
@@ -87,7 +91,7 @@ impl Manifest {
 
     pub fn to_text(&self) -> String {
         let p = &self.params;
-        let values: [String; 14] = [
+        let values: [String; 15] = [
             FORMAT_VERSION.to_string(),
             self.metric.code().to_string(),
             self.dim.to_string(),
@@ -102,6 +106,7 @@ impl Manifest {
             p.alpha.to_string(),
             p.entrance_ratio.to_string(),
             p.entrance_degree.to_string(),
+            self.medoid.to_string(),
         ];
         let mut text = format!("{MANIFEST_MAGIC}\n");
         for (key, value) in KEYS.iter().zip(values) {
@@ -176,6 +181,8 @@ impl Manifest {
             edge_pages: field(f, "edge_pages")?,
             vector_slots: field(f, "vector_slots")?,
             indirection_capacity: field(f, "indirection_capacity")?,
+            // Manifests written before the key existed started searches at vertex 0.
+            medoid: optional_field(f, "medoid")?.unwrap_or(0),
             params: BuildParams {
                 build_list: field(f, "build_list")?,
                 alpha: field(f, "alpha")?,
@@ -213,6 +220,17 @@ impl Manifest {
         if self.pq_bytes == 0 {
             return Err(StorageError::invalid("pq_bytes must be at least 1"));
         }
+        let medoid_ok = if self.vertex_count == 0 {
+            self.medoid == 0
+        } else {
+            self.medoid < self.vertex_count
+        };
+        if !medoid_ok {
+            return Err(StorageError::invalid(format!(
+                "medoid {} is not one of the {} vertices",
+                self.medoid, self.vertex_count
+            )));
+        }
         Ok(())
     }
 }
@@ -234,11 +252,20 @@ fn parse_fields(text: &str) -> Result<BTreeMap<&str, &str>, String> {
 }
 
 fn field<T: std::str::FromStr>(fields: &BTreeMap<&str, &str>, key: &str) -> Result<T, String> {
-    let raw = fields
+    optional_field(fields, key)?.ok_or_else(|| format!("missing key {key:?}"))
+}
+
+fn optional_field<T: std::str::FromStr>(
+    fields: &BTreeMap<&str, &str>,
+    key: &str,
+) -> Result<Option<T>, String> {
+    fields
         .get(key)
-        .ok_or_else(|| format!("missing key {key:?}"))?;
-    raw.parse()
-        .map_err(|_| format!("key {key:?} has unparsable value {raw:?}"))
+        .map(|raw| {
+            raw.parse()
+                .map_err(|_| format!("key {key:?} has unparsable value {raw:?}"))
+        })
+        .transpose()
 }
 
 #[cfg(test)]
@@ -256,6 +283,7 @@ pub(crate) mod tests {
             edge_pages: 100,
             vector_slots: 1000,
             indirection_capacity: 1024,
+            medoid: 417,
             params: BuildParams {
                 build_list: 128,
                 alpha: 1.2,
@@ -320,5 +348,37 @@ pub(crate) mod tests {
         let mut m = sample();
         m.edge_pages = 99;
         assert!(Manifest::parse(Path::new("manifest"), &m.to_text()).is_err());
+        let mut m = sample();
+        m.medoid = 1000;
+        let err = Manifest::parse(Path::new("manifest"), &m.to_text())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("medoid 1000 is not one of the 1000 vertices"),
+            "{err}"
+        );
+        m.vertex_count = 0;
+        m.medoid = 0;
+        assert_eq!(
+            Manifest::parse(Path::new("manifest"), &m.to_text()).unwrap(),
+            m
+        );
+    }
+
+    #[test]
+    fn medoid_round_trips_and_defaults_to_zero_when_absent() {
+        let text = sample().to_text();
+        assert!(text.contains("\nmedoid=417\n"));
+        assert_eq!(Manifest::parse(Path::new("m"), &text).unwrap().medoid, 417);
+        // A manifest written before the medoid key existed: drop the line, re-checksum.
+        let body: String = text
+            .lines()
+            .filter(|l| !l.starts_with("medoid=") && !l.starts_with("checksum="))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let old = format!("{body}checksum={:08x}\n", crc32(body.as_bytes()));
+        let parsed = Manifest::parse(Path::new("m"), &old).unwrap();
+        assert_eq!(parsed.medoid, 0);
+        assert_eq!(parsed.dim, 384);
     }
 }

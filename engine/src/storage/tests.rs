@@ -225,6 +225,25 @@ fn wrong_version_asks_for_reindex() {
 }
 
 #[test]
+fn medoid_is_recorded_and_must_be_a_vertex() {
+    let tmp = tempfile::tempdir().unwrap();
+    let f = fixture(50, 4, 8, 6);
+    let dir = tmp.path().join("bad");
+    let err = IndexWriter::create_with_medoid(&dir, &input(&f), 50)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("medoid 50 is not one of the 50 vertices"),
+        "{err}"
+    );
+    assert!(!dir.exists());
+    let dir = tmp.path().join("good");
+    let written = IndexWriter::create_with_medoid(&dir, &input(&f), 49).unwrap();
+    assert_eq!(written.medoid, 49);
+    assert_eq!(IndexFiles::open(&dir).unwrap().manifest().medoid, 49);
+}
+
+#[test]
 fn invalid_input_writes_nothing() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("idx");

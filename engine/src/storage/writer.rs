@@ -52,9 +52,21 @@ pub struct IndexWriter;
 
 impl IndexWriter {
     /// Writes a complete index into `dir` (created if missing; must not already hold index
-    /// files). Returns the manifest written.
+    /// files) with vertex 0 as the medoid. Returns the manifest written.
     pub fn create(dir: &Path, input: &BuildInput) -> Result<Manifest, StorageError> {
-        let manifest = validate(input)?;
+        Self::create_with_medoid(dir, input, 0)
+    }
+
+    /// [`IndexWriter::create`] recording `medoid`, the start vertex of searches that have no
+    /// entrance-graph entry points; it must be a vertex (0 for an empty index).
+    pub fn create_with_medoid(
+        dir: &Path,
+        input: &BuildInput,
+        medoid: VertexId,
+    ) -> Result<Manifest, StorageError> {
+        let mut manifest = validate(input)?;
+        manifest.medoid = medoid;
+        manifest.check_consistency()?;
         let created_dir = prepare_directory(dir)?;
         let mut staging = Staging::new(dir, created_dir);
         write_all_files(&mut staging, input, &manifest)?;
@@ -117,6 +129,7 @@ fn validate(input: &BuildInput) -> Result<Manifest, StorageError> {
         edge_pages: input.placement.pages,
         vector_slots: n as u32,
         indirection_capacity: indirection_capacity as u32,
+        medoid: 0,
         params: input.params,
     })
 }
