@@ -17,3 +17,6 @@ cargo pgrx test pg15 --runas postgres --pgdata "$PGDATA_BASE"
 
 echo "== SQL regression tests (pg_test/sql vs pg_test/expected)"
 bash pg_test/run_sql_tests.sh
+
+echo "== cluster tests: several sessions at once, crash and restart (pg_test/run_cluster_tests.sh)"
+bash pg_test/run_cluster_tests.sh
