@@ -399,6 +399,7 @@ fn prepared_rows(
 }
 
 fn entrance_sample(n: usize, ratio: f32, seed: u64) -> Vec<VertexId> {
+    // At least one vertex, unless there are none.
     let size = ((n as f64 * ratio as f64).ceil() as usize).clamp(1.min(n), n);
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x656e_7472);
     let mut ids: Vec<VertexId> = sample(&mut rng, n, size)

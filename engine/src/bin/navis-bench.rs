@@ -142,11 +142,20 @@ fn cmd_build(a: &Args) -> Result<()> {
         params.alpha,
         params.threads
     );
+    // Phases with their own sub-progress report their start and end twice; print each once.
+    let last_line = std::sync::Mutex::new(String::new());
     let progress = |phase: BuildPhase, done: u64, total: u64| {
-        if done == 0 {
-            eprintln!("  {} ...", phase.name());
+        let line = if done == 0 {
+            format!("  {} ...", phase.name())
         } else if done == total {
-            eprintln!("  {} done", phase.name());
+            format!("  {} done", phase.name())
+        } else {
+            return;
+        };
+        let mut last = last_line.lock().expect("progress lock");
+        if *last != line {
+            eprintln!("{line}");
+            *last = line;
         }
     };
     let report = build_index(&out, &data.data, &tids, &params, &progress, &|| false)
@@ -183,7 +192,7 @@ fn cmd_build(a: &Args) -> Result<()> {
         report.overlap_greedy, report.overlap_identity
     );
     println!("| edge pages | {} |", report.edge_pages);
-    println!("| entrance sample | {} |", report.entrance_size);
+    println!("| entrance graph vertices | {} |", report.entrance_size);
     for (name, len) in &report.file_sizes {
         println!("| file {name} | {} |", human_bytes(*len));
     }
