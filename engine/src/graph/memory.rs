@@ -1,6 +1,6 @@
 //! What a graph build will allocate, known before it starts, and the budget check.
 //!
-//! The estimate (bytes) is the sum of:
+//! The estimate (bytes) is built from:
 //!
 //! * **vectors**: `n * dim * 4`, the full vectors the build reads (held by the caller);
 //! * **adjacency**: per vertex, one `Mutex<Vec<u32>>` (32 bytes) plus a list allocated
@@ -12,12 +12,18 @@
 //! * **entrance**: the 1% entrance sample's vectors, lists and id maps;
 //! * **scratch**, per thread: the visited bitmap with its touched-word list
 //!   (`12 * ceil(n / 64)` bytes) plus buffers that scale with the build list `L` and the
-//!   slack degree (candidate list, expanded set, prune pool; [`per_thread_buffers`]).
+//!   slack degree (candidate list, expanded set, prune pool; [`per_thread_buffers`]);
+//! * **pq_training**: PQ training's copy of its row sample (at most
+//!   [`DEFAULT_TRAINING_SAMPLE`] rows) plus per-row k-means labels and distances. It is
+//!   freed before the graph build starts, so the peak is the vectors and codes plus the
+//!   larger of this and the graph's parts (adjacency, entrance, scratch). At 784-d the
+//!   sample (100 MB) outweighs the graph (25 MB for 60K vertices at R = 64).
 //!
 //! The test `estimate_covers_what_a_build_allocates` in this module builds graphs and
 //! checks the estimate against the capacities of the structures actually allocated.
 
 use super::vamana::{slack_degree, MAX_THREADS};
+use crate::pq::DEFAULT_TRAINING_SAMPLE;
 use crate::VertexId;
 
 /// Bytes malloc adds to each allocation (glibc: an 8-byte header, 16-byte alignment).
@@ -34,11 +40,14 @@ pub struct BuildMemory {
     pub pq_codes: u64,
     pub entrance: u64,
     pub scratch: u64,
+    pub pq_training: u64,
 }
 
 impl BuildMemory {
+    /// The peak: PQ training ends before the graph build allocates.
     pub fn total(&self) -> u64 {
-        self.vectors + self.adjacency + self.pq_codes + self.entrance + self.scratch
+        let graph = self.adjacency + self.entrance + self.scratch;
+        self.vectors + self.pq_codes + graph.max(self.pq_training)
     }
 }
 
@@ -69,7 +78,15 @@ pub fn estimate_build_memory_detailed(
         pq_codes: n64 * pq_bytes as u64,
         entrance: entrance_bytes(n, dim),
         scratch: threads * (visited_bytes(n) + per_thread_buffers(build_list, max_degree)),
+        pq_training: pq_training_bytes(n, dim, threads),
     }
+}
+
+/// The training sample's values plus, per concurrently trained subspace (one per thread),
+/// a label and a distance per row.
+fn pq_training_bytes(n: usize, dim: usize, threads: u64) -> u64 {
+    let rows = n.min(DEFAULT_TRAINING_SAMPLE) as u64;
+    rows * dim as u64 * 4 + threads * rows * 8
 }
 
 fn adjacency_bytes_per_vertex(max_degree: usize) -> u64 {
@@ -163,9 +180,25 @@ mod tests {
             1000 * (lock + 42 * 4 + ALLOC_OVERHEAD + 24 + 4)
         );
         assert_eq!(m.scratch, 2 * (16 * 12 + per_thread_buffers(64, 32)));
+        assert_eq!(m.pq_training, 1000 * 128 * 4 + 2 * 1000 * 8);
+        // The sample (all 1000 rows here) outweighs the graph parts, and only one of them
+        // is held at a time.
+        assert!(m.pq_training > m.adjacency + m.entrance + m.scratch);
+        assert_eq!(m.total(), m.vectors + m.pq_codes + m.pq_training);
+        let low_dim = estimate_build_memory_detailed(1000, 4, 32, 2, 64, 2);
         assert_eq!(
-            m.total(),
-            m.vectors + m.adjacency + m.pq_codes + m.entrance + m.scratch
+            low_dim.total(),
+            low_dim.vectors
+                + low_dim.pq_codes
+                + low_dim.adjacency
+                + low_dim.entrance
+                + low_dim.scratch
+        );
+        // The sample is capped, so at scale the graph parts dominate again.
+        let big = estimate_build_memory_detailed(10_000_000, 128, 64, 32, 128, 2);
+        assert_eq!(
+            big.pq_training,
+            DEFAULT_TRAINING_SAMPLE as u64 * (128 * 4 + 16)
         );
         // The default estimate assumes more threads and a longer list, never less memory.
         assert!(estimate_build_memory(1000, 128, 32, 16) >= m.total());

@@ -173,7 +173,22 @@ pub fn greedy_search(
     entry: &[VertexId],
     list_size: usize,
     scratch: &mut SearchScratch,
+    neighbors_of: impl FnMut(VertexId, &mut Vec<VertexId>),
+    distance: impl FnMut(VertexId) -> f32,
+) {
+    greedy_search_prefetching(entry, list_size, scratch, neighbors_of, |_| {}, distance);
+}
+
+/// [`greedy_search`] that calls `prefetch(u)` for every new neighbour of an expanded
+/// vertex before computing any of their distances. Vectors of a large graph are read from
+/// memory at random, so computing distances one by one waits for one cache miss after
+/// another; announcing the whole batch first lets the misses overlap.
+pub fn greedy_search_prefetching(
+    entry: &[VertexId],
+    list_size: usize,
+    scratch: &mut SearchScratch,
     mut neighbors_of: impl FnMut(VertexId, &mut Vec<VertexId>),
+    mut prefetch: impl FnMut(VertexId),
     mut distance: impl FnMut(VertexId) -> f32,
 ) {
     scratch.visited.clear();
@@ -191,12 +206,12 @@ pub fn greedy_search(
         scratch.explored.push((v, d));
         buf.clear();
         neighbors_of(v, &mut buf);
+        buf.retain(|&u| scratch.visited.insert(u));
+        buf.iter().for_each(|&u| prefetch(u));
         for &u in &buf {
-            if scratch.visited.insert(u) {
-                scratch.list.insert(u, distance(u));
-                scratch.distance_computations += 1;
-            }
+            scratch.list.insert(u, distance(u));
         }
+        scratch.distance_computations += buf.len();
     }
     scratch.neighbors = buf;
 }

@@ -2,18 +2,29 @@
 //! Nearest Neighbor Search on a Single Node", §2.3), the graph the on-disk index starts from.
 //!
 //! Steps:
-//! 1. Start from a seeded random graph of out-degree `min(ceil(R/2), n-1)`, so early
-//!    searches can move at all, and take the vertex closest to the centroid (the medoid) as the start.
-//! 2. Two passes over a seeded random permutation, the first with `alpha = 1` (a sparse,
-//!    well-navigable core), the second with the configured alpha (adds long edges). For
-//!    each vertex `p`: greedy search for `p` from the medoid with list `L`; RobustPrune of
-//!    the expanded set plus p's current neighbours to `R`; then a back edge `j -> p` for
-//!    every chosen `j`.
+//! 1. Start from an empty graph and take the vertex closest to the centroid (the medoid)
+//!    as the start.
+//! 2. One pass over a seeded random permutation with the configured alpha. For each
+//!    vertex `p`: greedy search for `p` from the medoid with list `L`; RobustPrune of the
+//!    expanded set plus p's current neighbours to `R`; then a back edge `j -> p` for every
+//!    chosen `j`.
 //! 3. A back edge is appended while `j`'s list is shorter than `ceil(1.3 R)` (DiskANN's
 //!    "slack", which saves most prunes); a full list is pruned back to `R`. After the
-//!    passes every list longer than `R` is pruned, so the result respects `R` exactly.
+//!    pass every list longer than `R` is pruned, so the result respects `R` exactly.
 //!
-//! Parallelism: vertices of a pass are processed in chunks; inside a chunk `threads`
+//! This is how DiskANN's current in-memory build works, not the paper's two passes over a
+//! random initial graph. Measured on 20K Fashion-MNIST rows (R = 64, L = 100, one thread):
+//! the paper's scheme (random R/2-regular start, passes with alpha 1 then 1.2) computed
+//! 57M distances and gave recall@10 0.9993 at L = 40; one pass from an empty graph computed
+//! 24M and gave 0.9995. Searching a random graph is what costs: its long random edges make
+//! every early search wander, and the second pass mostly repeats the first.
+//!
+//! The build is bound by memory traffic, not arithmetic: each distance reads a full vector
+//! from a random place in memory. The search therefore names all new neighbours of an
+//! expanded vertex before computing any distance (`greedy_search_prefetching`), so their
+//! cache misses overlap (about 20% faster on that data set).
+//!
+//! Parallelism: vertices are processed in chunks; inside a chunk `threads`
 //! threads (the caller plus `threads - 1` scoped workers) take vertices from a shared
 //! counter. Each neighbour list sits behind its own mutex and a thread holds at most one
 //! at a time, so there is no lock order to get wrong. As in DiskANN, a back edge that
@@ -35,7 +46,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
 use super::prune::robust_prune;
-use super::search::{greedy_search, row, SearchScratch};
+use super::search::{greedy_search_prefetching, row, SearchScratch};
 use super::Graph;
 use crate::distance::{kernels, Metric};
 use crate::VertexId;
@@ -62,7 +73,7 @@ pub struct VamanaParams {
     pub build_list: usize,
     /// The second pass's RobustPrune alpha (the first uses 1).
     pub alpha: f32,
-    /// Seed of the random initial graph and the insertion orders.
+    /// Seed of the insertion order.
     pub seed: u64,
     /// Threads doing the work, the calling thread included.
     pub threads: usize,
@@ -143,7 +154,7 @@ impl std::error::Error for BuildError {}
 /// Hooks the caller's thread runs between chunks of work.
 #[derive(Clone, Copy, Default)]
 pub struct BuildControl<'a> {
-    /// Called with (vertex insertions done, total) where total is `2 n`.
+    /// Called with (vertex insertions done, total) where total is `n`.
     pub progress: Option<&'a dyn Fn(u64, u64)>,
     /// Returning true stops the build with [`BuildError::Cancelled`].
     pub should_stop: Option<&'a dyn Fn() -> bool>,
@@ -217,23 +228,16 @@ pub fn build_vamana_with_stats(
     }
     let mut rng = ChaCha8Rng::seed_from_u64(params.seed);
     let medoid = find_medoid(data, dim);
-    let builder = Builder::new(data, dim, metric, params, medoid, &mut rng);
+    let builder = Builder::new(data, dim, metric, params, medoid);
     let threads = params.threads.min(n);
     let mut scratches: Vec<WorkerScratch> = (0..threads).map(|_| WorkerScratch::new(n)).collect();
     let mut order: Vec<VertexId> = (0..n as VertexId).collect();
-    let total = 2 * n as u64;
+    let total = n as u64;
     control.report(0, total);
-    for (pass, alpha) in [1.0, params.alpha].into_iter().enumerate() {
-        order.shuffle(&mut rng);
-        let base = (pass * n) as u64;
-        run_chunked(
-            &order,
-            &mut scratches,
-            control,
-            Some((base, total)),
-            |p, s| builder.insert_vertex(p, alpha, s),
-        )?;
-    }
+    order.shuffle(&mut rng);
+    run_chunked(&order, &mut scratches, control, Some((0, total)), |p, s| {
+        builder.insert_vertex(p, params.alpha, s)
+    })?;
     order.sort_unstable();
     run_chunked(&order, &mut scratches, control, None, |v, s| {
         builder.shrink_to_degree(v, params.alpha, s)
@@ -340,11 +344,13 @@ impl<'a> Builder<'a> {
         metric: Metric,
         params: &VamanaParams,
         medoid: VertexId,
-        rng: &mut ChaCha8Rng,
     ) -> Builder<'a> {
         let n = data.len() / dim;
         let slack = params.slack_degree();
-        let lists = random_lists(n, initial_degree(params.max_degree, n), slack, rng);
+        // Every list is allocated once with room for the slack degree and never reallocates.
+        let lists = (0..n)
+            .map(|_| Mutex::new(Vec::with_capacity(slack)))
+            .collect();
         Builder {
             data,
             dim,
@@ -354,12 +360,17 @@ impl<'a> Builder<'a> {
             slack_degree: slack,
             build_list: params.build_list,
             medoid,
-            lists: lists.into_iter().map(Mutex::new).collect(),
+            lists,
         }
     }
 
     fn vector(&self, v: VertexId) -> &[f32] {
         row(self.data, self.dim, v)
+    }
+
+    /// Asks the CPU to start loading v's vector into cache; see `greedy_search_prefetching`.
+    fn prefetch_vector(&self, v: VertexId) {
+        prefetch_floats(self.vector(v));
     }
 
     /// The distance RobustPrune uses; see [`prune_metric`].
@@ -386,11 +397,12 @@ impl<'a> Builder<'a> {
     /// One Vamana step for `p`: search, prune, link, back edges.
     fn insert_vertex(&self, p: VertexId, alpha: f32, s: &mut WorkerScratch) {
         let query = self.vector(p);
-        greedy_search(
+        greedy_search_prefetching(
             &[self.medoid],
             self.build_list,
             &mut s.search,
             |v, out| out.extend_from_slice(&self.lock(v)),
+            |v| self.prefetch_vector(v),
             |v| self.metric.search_distance(query, self.vector(v)),
         );
         s.pool.clear();
@@ -483,6 +495,27 @@ impl<'a> Builder<'a> {
     }
 }
 
+/// Hints that `values` will be read soon: one prefetch per 64-byte cache line.
+#[inline]
+fn prefetch_floats(values: &[f32]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        const LINE: usize = 64;
+        let start = values.as_ptr() as usize;
+        let end = start + std::mem::size_of_val(values);
+        let mut line = start & !(LINE - 1);
+        while line < end {
+            // SAFETY: a prefetch is only a hint; it never faults, even on an invalid address,
+            // and these lines belong to `values` anyway.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(line as *const i8) };
+            line += LINE;
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = values;
+}
+
 /// The distance the build prunes with. Searches always rank by `metric`; for inner
 /// product, pruning by the (negative) inner product itself lets a few long vectors occlude
 /// almost everything (`<s, t>` is large for every `t` when `|s|` is), which left graphs with
@@ -494,34 +527,6 @@ pub fn prune_metric(metric: Metric) -> Metric {
         Metric::InnerProduct => Metric::L2,
         other => other,
     }
-}
-
-/// Out-degree of the random starting graph: R/2 (rounded up), at most n - 1. A full
-/// R-regular start makes every early back edge overflow into a prune; half of R measured
-/// about 7% faster on 20K x 128-d clustered data with the same recall, while still giving
-/// the first searches a connected graph to walk.
-fn initial_degree(max_degree: usize, n: usize) -> usize {
-    max_degree.div_ceil(2).min(n - 1)
-}
-
-/// A random graph where each vertex has `degree` distinct out-neighbours other than
-/// itself; each list is allocated with room for `capacity` ids so it never reallocates.
-fn random_lists(
-    n: usize,
-    degree: usize,
-    capacity: usize,
-    rng: &mut ChaCha8Rng,
-) -> Vec<Vec<VertexId>> {
-    (0..n)
-        .map(|v| {
-            let mut list = Vec::with_capacity(capacity);
-            // Sample from the n-1 other ids, skipping over v.
-            for i in rand::seq::index::sample(rng, n - 1, degree) {
-                list.push(if i >= v { i + 1 } else { i } as VertexId);
-            }
-            list
-        })
-        .collect()
 }
 
 /// Runs `work` on every vertex of `order`, `scratches.len()` threads at a time, in chunks;
@@ -787,8 +792,8 @@ mod tests {
         };
         build_vamana(&data, 4, Metric::L2, &params(8, 16, 2), &control).unwrap();
         let seen = seen.into_inner();
-        assert_eq!(seen.first(), Some(&(0, 4000)));
-        assert_eq!(seen.last(), Some(&(4000, 4000)));
+        assert_eq!(seen.first(), Some(&(0, 2000)));
+        assert_eq!(seen.last(), Some(&(2000, 2000)));
         assert!(
             seen.windows(2).all(|w| w[0].0 < w[1].0),
             "progress increases"
