@@ -259,8 +259,7 @@ fn kmeans_plus_plus(
 /// The rows `rows` of `view` stored column by column (`width` columns of `rows.len()`
 /// values), so that one centroid's distances to all of them are computed by loops over
 /// contiguous columns, which vectorise; row by row, a 4- to 8-wide subspace leaves most
-/// of a SIMD register idle. This made k-means++ 8x cheaper, which matters because it
-/// costs about as much as several Lloyd iterations.
+/// of a SIMD register idle.
 fn column_major_copy(view: &RowsView, rows: &[usize]) -> Vec<f32> {
     let count = rows.len();
     let mut columns = vec![0f32; view.width() * count];
