@@ -1,13 +1,10 @@
 //! The `navis` index access method: handler, opclass SQL and callbacks.
 //!
-//! Until the index build lands (issue 4), CREATE INDEX runs every check a real build makes
-//! (shared memory, operator class, options, every row's vector) and then stops with a clear
-//! "not implemented yet" ERROR, so nothing ever pretends an index exists.
+//! The build lives in `build.rs`, ordered scans and the cost model in `scan.rs`, side files
+//! and their lifecycle in `sidefiles.rs`. Inserts and VACUUM are not implemented yet (issue 5)
+//! and raise a clear ERROR.
 
 use crate::errors::raise;
-use crate::options::BuildOptions;
-use crate::shmem;
-use crate::datum::VectorInput;
 use navis_engine::Metric;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -45,18 +42,19 @@ fn navis_handler(_fcinfo: pg_sys::FunctionCallInfo) -> PgBox<pg_sys::IndexAmRout
     am.amparallelvacuumoptions = 0;
     am.amkeytype = pg_sys::InvalidOid;
 
-    am.ambuild = Some(ambuild);
-    am.ambuildempty = Some(ambuildempty);
+    am.ambuild = Some(crate::build::ambuild);
+    am.ambuildempty = Some(crate::build::ambuildempty);
+    am.ambuildphasename = Some(crate::build::ambuildphasename);
     am.aminsert = Some(aminsert);
     am.ambulkdelete = Some(ambulkdelete);
     am.amvacuumcleanup = Some(amvacuumcleanup);
-    am.amcostestimate = Some(amcostestimate);
+    am.amcostestimate = Some(crate::scan::amcostestimate);
     am.amoptions = Some(crate::options::amoptions);
     am.amvalidate = Some(amvalidate);
-    am.ambeginscan = Some(ambeginscan);
-    am.amrescan = Some(amrescan);
-    am.amgettuple = Some(amgettuple);
-    am.amendscan = Some(amendscan);
+    am.ambeginscan = Some(crate::scan::ambeginscan);
+    am.amrescan = Some(crate::scan::amrescan);
+    am.amgettuple = Some(crate::scan::amgettuple);
+    am.amendscan = Some(crate::scan::amendscan);
     am.into_pg_boxed()
 }
 
@@ -79,7 +77,7 @@ fn metric_of_operator(name: &str) -> Option<Metric> {
 }
 
 /// The metric an index orders by, from the ORDER BY operator of its opclass.
-fn index_metric(index: pg_sys::Relation) -> Metric {
+pub fn index_metric(index: pg_sys::Relation) -> Metric {
     // SAFETY: `index` is an open index relation with one key column, so rd_opfamily and
     // rd_opcintype have one entry; get_opname returns a palloc'd string or NULL.
     let name = unsafe {
@@ -98,108 +96,6 @@ fn index_metric(index: pg_sys::Relation) -> Metric {
     })
 }
 
-/// Rows seen by the build scan, checked the way the real build will check them.
-struct BuildScan {
-    input: VectorInput,
-    metric: Metric,
-    dim: Option<usize>,
-    rows: u64,
-    skipped_nulls: u64,
-    skipped_zero: u64,
-}
-
-#[pg_guard]
-unsafe extern "C-unwind" fn build_callback(
-    _index: pg_sys::Relation,
-    tid: pg_sys::ItemPointer,
-    values: *mut pg_sys::Datum,
-    isnull: *mut bool,
-    _tuple_is_alive: bool,
-    state: *mut std::ffi::c_void,
-) {
-    // SAFETY: PostgreSQL passes one value/isnull pair per key column (we have one), a valid
-    // TID, and the state pointer we handed to IndexBuildHeapScan.
-    let (state, datum, is_null, tid) =
-        unsafe { (&mut *(state as *mut BuildScan), *values, *isnull, *tid) };
-    if is_null {
-        state.skipped_nulls += 1; // NULL vectors are not indexed (as in pgvector)
-        return;
-    }
-    let block = pgrx::itemptr::item_pointer_get_block_number(&tid);
-    let offset = pgrx::itemptr::item_pointer_get_offset_number(&tid);
-    let what = format!("vector in row ({block},{offset})");
-    // SAFETY: the datum is non-NULL and of the indexed column's type, checked before the scan.
-    let v = unsafe { state.input.as_vector(datum, &what) };
-    if let Err(e) = navis_engine::validate(v) {
-        raise(
-            crate::errors::vector_error_code(&e),
-            format!("cannot index row ({block},{offset}): {e}"),
-            Some("Fix or delete the row, or exclude it with a partial index (WHERE ...)."),
-        )
-    }
-    match state.dim {
-        None => state.dim = Some(v.len()),
-        Some(d) if d != v.len() => raise(
-            PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
-            format!(
-                "cannot index row ({block},{offset}): it has {} dimensions, earlier rows have {d}",
-                v.len()
-            ),
-            Some("All vectors in a navis index must have the same number of dimensions."),
-        ),
-        Some(_) => {}
-    }
-    // A zero vector has no direction, so its cosine distance to anything is NaN; like
-    // pgvector's HNSW, a cosine index leaves such rows out.
-    if state.metric == Metric::Cosine && v.iter().all(|x| *x == 0.0) {
-        state.skipped_zero += 1;
-        return;
-    }
-    state.rows += 1;
-}
-
-#[pg_guard]
-unsafe extern "C-unwind" fn ambuild(
-    heap: pg_sys::Relation,
-    index: pg_sys::Relation,
-    index_info: *mut pg_sys::IndexInfo,
-) -> *mut pg_sys::IndexBuildResult {
-    shmem::require("CREATE INDEX ... USING navis");
-    // SAFETY: an index relation has at least one entry in rd_opcintype.
-    let input = VectorInput::for_type(unsafe { *(*index).rd_opcintype });
-    let metric = index_metric(index);
-    let options = BuildOptions::of_index(index);
-    let mut scan = BuildScan { input, metric, dim: None, rows: 0, skipped_nulls: 0, skipped_zero: 0 };
-    // SAFETY: heap and index are the open relations PostgreSQL passed to ambuild; the
-    // callback only touches `scan`, which outlives the call.
-    unsafe {
-        pg_sys::IndexBuildHeapScan(heap, index, index_info, Some(build_callback), &mut scan);
-    }
-    if let Some(dim) = scan.dim {
-        options.validate_for(dim);
-    }
-    raise(
-        PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-        format!(
-            "navis index build is not implemented yet (checked {} rows{}; skipped {} NULL and {} zero vectors)",
-            scan.rows,
-            scan.dim.map(|d| format!(" of {d} dimensions")).unwrap_or_default(),
-            scan.skipped_nulls,
-            scan.skipped_zero
-        ),
-        Some("This navis version provides the distance operators; index builds arrive in a later version."),
-    )
-}
-
-#[pg_guard]
-unsafe extern "C-unwind" fn ambuildempty(_index: pg_sys::Relation) {
-    raise(
-        PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-        "navis indexes on unlogged tables are not implemented yet".into(),
-        None,
-    )
-}
-
 fn not_implemented(what: &str) -> ! {
     raise(
         PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
@@ -208,8 +104,8 @@ fn not_implemented(what: &str) -> ! {
     )
 }
 
-// No navis index can exist yet (ambuild always fails), so the callbacks below cannot be
-// reached from SQL; they fail loudly rather than return a plausible-looking result.
+// Inserts, deletes and VACUUM arrive with issue 5: until then an INSERT or UPDATE of an
+// indexed table, and VACUUM of it, fail loudly rather than leave the index silently stale.
 
 #[pg_guard]
 #[allow(clippy::too_many_arguments)]
@@ -226,47 +122,41 @@ unsafe extern "C-unwind" fn aminsert(
     not_implemented("insert")
 }
 
+/// VACUUM removes nothing from the index yet (issue 5). That is safe while inserts are refused:
+/// the TIDs of dead rows stay in the index, the heap fetch finds them dead or unused and skips
+/// them, and no committed row can take over a freed line pointer because every INSERT or
+/// non-HOT UPDATE of the table fails in aminsert.
 #[pg_guard]
 unsafe extern "C-unwind" fn ambulkdelete(
-    _info: *mut pg_sys::IndexVacuumInfo,
-    _stats: *mut pg_sys::IndexBulkDeleteResult,
+    info: *mut pg_sys::IndexVacuumInfo,
+    stats: *mut pg_sys::IndexBulkDeleteResult,
     _callback: pg_sys::IndexBulkDeleteCallback,
     _callback_state: *mut std::ffi::c_void,
 ) -> *mut pg_sys::IndexBulkDeleteResult {
-    not_implemented("VACUUM")
+    vacuum_stats(info, stats)
 }
 
 #[pg_guard]
 unsafe extern "C-unwind" fn amvacuumcleanup(
-    _info: *mut pg_sys::IndexVacuumInfo,
-    _stats: *mut pg_sys::IndexBulkDeleteResult,
+    info: *mut pg_sys::IndexVacuumInfo,
+    stats: *mut pg_sys::IndexBulkDeleteResult,
 ) -> *mut pg_sys::IndexBulkDeleteResult {
-    not_implemented("VACUUM")
+    vacuum_stats(info, stats)
 }
 
-/// Makes the planner consider a navis index only for `ORDER BY col <op> const`: without an
-/// ORDER BY operator the path costs as much as PostgreSQL's disable_cost.
-#[pg_guard]
-#[allow(clippy::too_many_arguments)]
-unsafe extern "C-unwind" fn amcostestimate(
-    _root: *mut pg_sys::PlannerInfo,
-    path: *mut pg_sys::IndexPath,
-    _loop_count: f64,
-    startup: *mut pg_sys::Cost,
-    total: *mut pg_sys::Cost,
-    selectivity: *mut pg_sys::Selectivity,
-    correlation: *mut f64,
-    pages: *mut f64,
-) {
-    const DISABLE_COST: f64 = 1.0e10;
-    // SAFETY: the planner passes valid pointers for every output and a valid path.
+fn vacuum_stats(
+    info: *mut pg_sys::IndexVacuumInfo,
+    stats: *mut pg_sys::IndexBulkDeleteResult,
+) -> *mut pg_sys::IndexBulkDeleteResult {
+    if !stats.is_null() {
+        return stats;
+    }
+    // SAFETY: a zeroed result in the current memory context; `info->index` is open.
     unsafe {
-        let has_order_by = !(*path).indexorderbys.is_null();
-        *startup = if has_order_by { 0.0 } else { DISABLE_COST };
-        *total = if has_order_by { 1.0 } else { DISABLE_COST };
-        *selectivity = 1.0;
-        *correlation = 0.0;
-        *pages = 1.0;
+        let mut s = PgBox::<pg_sys::IndexBulkDeleteResult>::alloc0();
+        s.num_pages = pg_sys::RelationGetNumberOfBlocksInFork((*info).index, pg_sys::ForkNumber::MAIN_FORKNUM);
+        s.estimated_count = true; // leaves pg_class.reltuples of the index alone
+        s.into_pg()
     }
 }
 
@@ -285,33 +175,3 @@ unsafe extern "C-unwind" fn amvalidate(opclass: pg_sys::Oid) -> bool {
     matches!(counts, Ok((Some(1), Some(1))))
 }
 
-#[pg_guard]
-unsafe extern "C-unwind" fn ambeginscan(
-    _index: pg_sys::Relation,
-    _nkeys: std::ffi::c_int,
-    _norderbys: std::ffi::c_int,
-) -> pg_sys::IndexScanDesc {
-    not_implemented("index scan")
-}
-
-#[pg_guard]
-unsafe extern "C-unwind" fn amrescan(
-    _scan: pg_sys::IndexScanDesc,
-    _keys: pg_sys::ScanKey,
-    _nkeys: std::ffi::c_int,
-    _orderbys: pg_sys::ScanKey,
-    _norderbys: std::ffi::c_int,
-) {
-    not_implemented("index scan")
-}
-
-#[pg_guard]
-unsafe extern "C-unwind" fn amgettuple(
-    _scan: pg_sys::IndexScanDesc,
-    _direction: pg_sys::ScanDirection::Type,
-) -> bool {
-    not_implemented("index scan")
-}
-
-#[pg_guard]
-unsafe extern "C-unwind" fn amendscan(_scan: pg_sys::IndexScanDesc) {}

@@ -47,3 +47,13 @@ pub fn raise_not_preloaded(feature: &str) -> ! {
         Some("Add shared_preload_libraries = 'navis' to postgresql.conf (append to the list if it already has entries) and restart PostgreSQL."),
     )
 }
+
+/// Raises `ERROR` with a DETAIL line and an optional hint. Never returns.
+pub fn raise_detail(code: PgSqlErrorCode, message: String, detail: String, hint: Option<&str>) -> ! {
+    let mut report = ErrorReport::new(code, message, "navis").set_detail(detail);
+    if let Some(hint) = hint {
+        report = report.set_hint(hint);
+    }
+    report.report(PgLogLevel::ERROR);
+    unreachable!("ereport(ERROR) returned")
+}

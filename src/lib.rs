@@ -7,11 +7,15 @@
 use pgrx::prelude::*;
 
 mod am;
+mod build;
 mod datum;
 mod errors;
 mod guc;
 mod options;
+mod scan;
 mod shmem;
+mod sidefiles;
+mod stats;
 mod vector_sql;
 
 ::pgrx::pg_module_magic!(name, version);
@@ -23,6 +27,7 @@ pub extern "C-unwind" fn _PG_init() {
     guc::register();
     options::register();
     shmem::request_if_preloading();
+    sidefiles::register();
 }
 
 #[cfg(any(test, feature = "pg_test"))]

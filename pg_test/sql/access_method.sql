@@ -9,14 +9,30 @@ WHERE c.opcmethod = (SELECT oid FROM pg_am WHERE amname = 'navis')
 ORDER BY c.opcname;
 SELECT preloaded, layout_version, vertex_lock_stripes FROM navis_shared_memory();
 CREATE TABLE items (id int, embedding real[]);
--- until the build lands, CREATE INDEX checks everything and then says so
-CREATE INDEX ON items USING navis (embedding);
+-- an index over an empty table works (and scans to nothing); inserts are not implemented yet
+CREATE INDEX items_empty ON items USING navis (embedding);
+SELECT id FROM items ORDER BY embedding <-> '{1,2,3}' LIMIT 5;
+INSERT INTO items VALUES (1, '{1,2,3}');
+DROP INDEX items_empty;
 INSERT INTO items SELECT i, ARRAY[i, i + 1, i + 2]::real[] FROM generate_series(1, 100) i;
 INSERT INTO items VALUES (101, NULL);
-CREATE INDEX ON items USING navis (embedding);
-CREATE INDEX ON items USING navis (embedding navis_ip_ops);
+-- a table with one row
+CREATE TABLE one (embedding real[]);
+INSERT INTO one VALUES ('{1,2}');
+CREATE INDEX one_idx ON one USING navis (embedding);
+SET enable_seqscan = off;
+SELECT embedding, embedding <-> '{0,0}' AS distance FROM one ORDER BY embedding <-> '{0,0}' LIMIT 3;
+RESET enable_seqscan;
+-- NULL vectors are skipped; reltuples counts the indexed rows
+CREATE INDEX items_l2 ON items USING navis (embedding);
+CREATE INDEX items_ip ON items USING navis (embedding navis_ip_ops);
+SELECT relname, reltuples FROM pg_class WHERE relname IN ('items_l2', 'items_ip') ORDER BY 1;
+DROP INDEX items_l2, items_ip;
 INSERT INTO items VALUES (102, '{0,0,0}');
-CREATE INDEX ON items USING navis (embedding navis_cosine_ops);
+-- a cosine index leaves zero vectors out
+CREATE INDEX items_cos ON items USING navis (embedding navis_cosine_ops);
+SELECT reltuples FROM pg_class WHERE relname = 'items_cos';
+DROP INDEX items_cos;
 -- index options: ranges are checked by PostgreSQL, combinations by navis
 CREATE INDEX ON items USING navis (embedding) WITH (max_degree = 4);
 CREATE INDEX ON items USING navis (embedding) WITH (max_degree = 1000);
@@ -25,7 +41,9 @@ CREATE INDEX ON items USING navis (embedding) WITH (entrance_ratio = 0.9);
 CREATE INDEX ON items USING navis (embedding) WITH (no_such_option = 1);
 CREATE INDEX ON items USING navis (embedding) WITH (max_degree = 64, build_list = 32);
 CREATE INDEX ON items USING navis (embedding) WITH (pq_bytes = 4);
-CREATE INDEX ON items USING navis (embedding) WITH (max_degree = 64, build_list = 100, alpha = 1.3, pq_bytes = 3, entrance_ratio = 0.02, entrance_degree = 16);
+CREATE INDEX items_opts ON items USING navis (embedding) WITH (max_degree = 64, build_list = 100, alpha = 1.3, pq_bytes = 3, entrance_ratio = 0.02, entrance_degree = 16);
+SELECT max_degree, build_list, alpha, pq_bytes, entrance_ratio, entrance_degree FROM navis_index_stats('items_opts');
+DROP INDEX items_opts;
 -- rows that cannot be indexed are named by their TID
 INSERT INTO items VALUES (103, '{1,2,3,4}');
 CREATE INDEX ON items USING navis (embedding);
@@ -38,8 +56,14 @@ CREATE INDEX ON items USING navis (embedding);
 DELETE FROM items WHERE id = 105;
 -- columns of other types have no navis operator class
 CREATE INDEX ON items USING navis (id);
--- the planner never picks a navis path for plain filters (no index exists to pick yet)
+-- the planner picks a navis index for ORDER BY <op> ... LIMIT, not for plain filters
+CREATE INDEX items_l2 ON items USING navis (embedding);
+SET enable_seqscan = off;
 EXPLAIN (COSTS OFF) SELECT id FROM items ORDER BY embedding <-> '{1,2,3}' LIMIT 5;
+EXPLAIN (COSTS OFF) SELECT id FROM items WHERE embedding = '{1,2,3}';
+EXPLAIN (COSTS OFF) SELECT id FROM items ORDER BY embedding <=> '{1,2,3}' LIMIT 5;
+SELECT id FROM items ORDER BY embedding <-> '{1,2,3}' LIMIT 5;
+RESET enable_seqscan;
 -- settings: paper defaults, range checks, reserved prefix
 SELECT name, setting, min_val, max_val FROM pg_settings WHERE name LIKE 'navis.%' ORDER BY name;
 SET navis.search_list = 0;

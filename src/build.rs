@@ -1,0 +1,358 @@
+//! `ambuild`: collect every row's vector and heap TID, build the engine index into a fresh
+//! side directory, and write the metapage.
+//!
+//! Steps: sweep orphans; scan the heap (rows checked as they arrive, memory bounded by
+//! `maintenance_work_mem`); `navis_engine::index::build_index` into `<relfilenode>.navis.tmp.<pid>`
+//! with `max_parallel_maintenance_workers + 1` compute threads, progress reported to
+//! `pg_stat_progress_create_index` and cancellation polled through `InterruptPending`;
+//! write `navis_build`; rename to `<relfilenode>.navis`; write the WAL-logged metapage;
+//! schedule the index's previous side directories (REINDEX, TRUNCATE, VACUUM FULL) for
+//! removal at commit. See `sidefiles.rs` for the lifecycle.
+
+use crate::datum::VectorInput;
+use crate::errors::raise;
+use crate::options::BuildOptions;
+use crate::sidefiles::{self, BuildFile};
+use crate::shmem;
+use navis_engine::index::{build_index, BuildPhase, IndexError, IndexParams};
+use navis_engine::storage::HeapTid;
+use navis_engine::Metric;
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+use pgrx::{PgMemoryContexts, PgSqlErrorCode};
+use std::ffi::CStr;
+use std::path::Path;
+
+/// Sub-phase numbers shown in `pg_stat_progress_create_index.phase` (1 is PostgreSQL's
+/// "initializing").
+const PHASE_SCAN: i64 = 2;
+const ENGINE_PHASES: [BuildPhase; 6] = [
+    BuildPhase::Sampling,
+    BuildPhase::PqTraining,
+    BuildPhase::GraphBuild,
+    BuildPhase::Placement,
+    BuildPhase::Entrance,
+    BuildPhase::Writing,
+];
+
+fn phase_number(p: BuildPhase) -> i64 {
+    3 + ENGINE_PHASES.iter().position(|&q| q == p).unwrap_or(0) as i64
+}
+
+/// `ambuildphasename`.
+#[pg_guard]
+pub unsafe extern "C-unwind" fn ambuildphasename(phase: i64) -> *mut std::ffi::c_char {
+    let name: &'static CStr = match phase {
+        PHASE_SCAN => c"scanning table",
+        3 => c"sampling",
+        4 => c"training PQ",
+        5 => c"building graph",
+        6 => c"placing edge lists",
+        7 => c"building entrance graph",
+        8 => c"writing side files",
+        _ => return std::ptr::null_mut(),
+    };
+    name.as_ptr() as *mut _
+}
+
+fn progress(param: u32, value: i64) {
+    // SAFETY: plain progress-reporting call in the backend that runs CREATE INDEX.
+    unsafe { pg_sys::pgstat_progress_update_param(param as i32, value) };
+}
+
+/// The metric an index orders by, from the ORDER BY operator of its opclass.
+pub fn index_metric(index: pg_sys::Relation) -> Metric {
+    crate::am::index_metric(index)
+}
+
+/// Rows collected by the build scan.
+struct BuildScan {
+    input: VectorInput,
+    metric: Metric,
+    dim: Option<usize>,
+    vectors: Vec<f32>,
+    tids: Vec<HeapTid>,
+    skipped_nulls: u64,
+    skipped_zero: u64,
+    budget: u64,
+    tuple_cxt: PgMemoryContexts,
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn build_callback(
+    _index: pg_sys::Relation,
+    tid: pg_sys::ItemPointer,
+    values: *mut pg_sys::Datum,
+    isnull: *mut bool,
+    _tuple_is_alive: bool,
+    state: *mut std::ffi::c_void,
+) {
+    // SAFETY: PostgreSQL passes one value/isnull pair per key column (we have one), a valid
+    // TID, and the state pointer we handed to IndexBuildHeapScan.
+    let (state, datum, is_null, tid) =
+        unsafe { (&mut *(state as *mut BuildScan), *values, *isnull, *tid) };
+    if is_null {
+        state.skipped_nulls += 1; // NULL vectors are not indexed (as in pgvector)
+        return;
+    }
+    let block = pgrx::itemptr::item_pointer_get_block_number(&tid);
+    let offset = pgrx::itemptr::item_pointer_get_offset_number(&tid);
+    let input = state.input;
+    // Detoasted copies go into a per-tuple context that is reset after each row.
+    // SAFETY: the datum is non-NULL and of the indexed column's type (checked before the scan).
+    let keep = unsafe {
+        state.tuple_cxt.switch_to(|_| {
+            let what = format!("vector in row ({block},{offset})");
+            let v = input.as_vector(datum, &what);
+            check_row(v, block, offset).then(|| v.to_vec())
+        })
+    };
+    // SAFETY: nothing allocated in the tuple context outlives this call.
+    unsafe { state.tuple_cxt.reset() };
+    let v = match keep {
+        Some(v) => v,
+        None => return,
+    };
+    match state.dim {
+        None => state.dim = Some(v.len()),
+        Some(d) if d != v.len() => raise(
+            PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
+            format!(
+                "cannot index row ({block},{offset}): it has {} dimensions, earlier rows have {d}",
+                v.len()
+            ),
+            Some("All vectors in a navis index must have the same number of dimensions."),
+        ),
+        Some(_) => {}
+    }
+    // A zero vector has no direction, so its cosine distance to anything is NaN; like
+    // pgvector's HNSW, a cosine index leaves such rows out.
+    if state.metric == Metric::Cosine && v.iter().all(|x| *x == 0.0) {
+        state.skipped_zero += 1;
+        return;
+    }
+    state.vectors.extend_from_slice(&v);
+    state.tids.push(HeapTid { block, offset });
+    let held = state.vectors.len() as u64 * 4 + state.tids.len() as u64 * 8;
+    if held > state.budget {
+        raise(
+            PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+            format!(
+                "maintenance_work_mem ({} kB) is too small to hold the vectors of this navis index ({} rows read so far)",
+                state.budget / 1024,
+                state.tids.len()
+            ),
+            Some("Raise maintenance_work_mem for this session (SET maintenance_work_mem = '2GB') and run CREATE INDEX again."),
+        );
+    }
+    progress(pg_sys::PROGRESS_CREATEIDX_TUPLES_DONE, state.tids.len() as i64);
+}
+
+/// Validates one row's values; returns true to keep it.
+fn check_row(v: &[f32], block: u32, offset: u16) -> bool {
+    if let Err(e) = navis_engine::validate(v) {
+        raise(
+            crate::errors::vector_error_code(&e),
+            format!("cannot index row ({block},{offset}): {e}"),
+            Some("Fix or delete the row, or exclude it with a partial index (WHERE ...)."),
+        )
+    }
+    true
+}
+
+/// Whether a cancel, statement timeout or termination is pending. `InterruptPending` alone
+/// is not enough: it is also set for interrupts that do not end the query (barriers,
+/// parallel messages), which ProcessInterrupts handles without raising.
+fn interrupt_pending() -> bool {
+    // SAFETY: these are sig_atomic_t flags set by signal handlers; a volatile read from any
+    // thread is a plain load and calls nothing in PostgreSQL.
+    unsafe {
+        std::ptr::read_volatile(std::ptr::addr_of!(pg_sys::InterruptPending)) != 0
+            && (std::ptr::read_volatile(std::ptr::addr_of!(pg_sys::QueryCancelPending)) != 0
+                || std::ptr::read_volatile(std::ptr::addr_of!(pg_sys::ProcDiePending)) != 0)
+    }
+}
+
+#[pg_guard]
+pub unsafe extern "C-unwind" fn ambuild(
+    heap: pg_sys::Relation,
+    index: pg_sys::Relation,
+    index_info: *mut pg_sys::IndexInfo,
+) -> *mut pg_sys::IndexBuildResult {
+    shmem::require("CREATE INDEX ... USING navis");
+    // SAFETY: an open index relation has rd_rel and at least one entry in rd_opcintype.
+    let (persistence, type_oid, index_oid, relfilenode) = unsafe {
+        (
+            (*(*index).rd_rel).relpersistence,
+            *(*index).rd_opcintype,
+            (*index).rd_id,
+            (*index).rd_node.relNode.to_u32(),
+        )
+    };
+    if persistence == pg_sys::RELPERSISTENCE_UNLOGGED as std::ffi::c_char {
+        refuse_unlogged();
+    }
+    let input = VectorInput::for_type(type_oid);
+    let metric = index_metric(index);
+    let options = BuildOptions::of_index(index);
+    // SAFETY: reading integer GUC globals.
+    let (budget_kb, workers) =
+        unsafe { (pg_sys::maintenance_work_mem as u64, pg_sys::max_parallel_maintenance_workers) };
+    let budget = budget_kb * 1024;
+
+    let removed = sidefiles::sweep();
+    if !removed.is_empty() {
+        pgrx::debug1!("navis removed {} orphan side directories", removed.len());
+    }
+
+    progress(pg_sys::PROGRESS_CREATEIDX_SUBPHASE, PHASE_SCAN);
+    let mut scan = BuildScan {
+        input,
+        metric,
+        dim: None,
+        vectors: Vec::new(),
+        tids: Vec::new(),
+        skipped_nulls: 0,
+        skipped_zero: 0,
+        budget,
+        tuple_cxt: PgMemoryContexts::new("navis build tuple"),
+    };
+    // SAFETY: heap and index are the open relations PostgreSQL passed to ambuild; the
+    // callback only touches `scan`, which outlives the call.
+    let heap_tuples = unsafe {
+        pg_sys::IndexBuildHeapScan(heap, index, index_info, Some(build_callback), &mut scan)
+    };
+    let _ = heap_tuples;
+    if let Some(dim) = scan.dim {
+        options.validate_for(dim);
+    }
+    let n = scan.tids.len();
+    progress(pg_sys::PROGRESS_CREATEIDX_TUPLES_TOTAL, n as i64);
+
+    let params = IndexParams {
+        metric,
+        dim: scan.dim,
+        max_degree: options.max_degree as usize,
+        build_list: options.build_list as usize,
+        alpha: options.alpha,
+        pq_bytes: (options.pq_bytes > 0).then_some(options.pq_bytes as usize),
+        entrance_ratio: options.entrance_ratio as f32,
+        entrance_degree: options.entrance_degree as usize,
+        threads: (workers.max(0) as usize) + 1,
+        memory_budget: Some(budget),
+        ..IndexParams::default()
+    };
+
+    let tmp = sidefiles::tmp_dir(index);
+    let final_dir = sidefiles::side_dir(index);
+    let build_id = sidefiles::new_build_id();
+    if tmp.exists() {
+        let _ = std::fs::remove_dir_all(&tmp);
+    }
+    if let Err(e) = std::fs::create_dir(&tmp) {
+        io_error("create the side directory", &tmp, e);
+    }
+    sidefiles::note_created(&tmp);
+    let on_progress = |phase: BuildPhase, done: u64, total: u64| {
+        // Runs on the calling thread only (engine contract), so it may call PostgreSQL.
+        progress(pg_sys::PROGRESS_CREATEIDX_SUBPHASE, phase_number(phase));
+        progress(pg_sys::PROGRESS_CREATEIDX_TUPLES_TOTAL, total as i64);
+        progress(pg_sys::PROGRESS_CREATEIDX_TUPLES_DONE, done as i64);
+    };
+    let cancel = interrupt_pending;
+    let result = build_index(&tmp, &scan.vectors, &scan.tids, &params, &on_progress, &cancel);
+    drop(std::mem::take(&mut scan.vectors));
+    let report = match result {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&tmp);
+            sidefiles::forget_created(&tmp);
+            build_failed(e);
+        }
+    };
+    let build_file = BuildFile { build_id, index_oid: index_oid.to_u32(), relfilenode };
+    if let Err(e) = sidefiles::write_build_file(&tmp, &build_file) {
+        io_error("write the build file in", &tmp, e);
+    }
+    // Same relfilenode rebuilt in its creating transaction (TRUNCATE of a table created in
+    // this transaction): the old directory is this transaction's own.
+    if final_dir.exists() {
+        let _ = std::fs::remove_dir_all(&final_dir);
+    }
+    if let Err(e) = std::fs::rename(&tmp, &final_dir) {
+        io_error("rename the side directory", &tmp, e);
+    }
+    sidefiles::note_renamed(&tmp, &final_dir);
+    if let Some(parent) = final_dir.parent() {
+        let _ = sidefiles::sync_dir(parent);
+    }
+    let dir_name = final_dir.file_name().unwrap().to_string_lossy().into_owned();
+    let meta = sidefiles::new_metapage(build_id, report.dim as u32, metric.code(), n as u64, &dir_name);
+    sidefiles::write_metapage(index, &meta);
+
+    // Earlier side directories of this same index (REINDEX, TRUNCATE, VACUUM FULL, CLUSTER,
+    // REINDEX ... TABLESPACE) go when this transaction commits.
+    for f in sidefiles::list_side_dirs() {
+        if f.tmp_pid.is_some() || f.path == final_dir {
+            continue;
+        }
+        if let Some(b) = sidefiles::read_build_file(&f.path) {
+            if b.index_oid == index_oid.to_u32() && b.relfilenode != relfilenode {
+                sidefiles::drop_at_commit(&f.path);
+            }
+        }
+    }
+
+    let mut result = unsafe { PgBox::<pg_sys::IndexBuildResult>::alloc0() };
+    result.heap_tuples = (n as u64 + scan.skipped_nulls + scan.skipped_zero) as f64;
+    result.index_tuples = n as f64;
+    result.into_pg()
+}
+
+fn refuse_unlogged() -> ! {
+    raise(
+        PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+        "navis indexes on unlogged tables are not supported".into(),
+        Some("Index a regular (logged) table, or ALTER TABLE ... SET LOGGED first."),
+    )
+}
+
+/// `ambuildempty` (the init fork of an unlogged index): refused, see [`refuse_unlogged`].
+#[pg_guard]
+pub unsafe extern "C-unwind" fn ambuildempty(_index: pg_sys::Relation) {
+    refuse_unlogged()
+}
+
+fn io_error(what: &str, path: &Path, e: std::io::Error) -> ! {
+    raise(
+        PgSqlErrorCode::ERRCODE_IO_ERROR,
+        format!("navis could not {what} \"{}\": {e}", path.display()),
+        None,
+    )
+}
+
+fn build_failed(e: IndexError) -> ! {
+    match e {
+        IndexError::Cancelled => {
+            // The engine has unwound and its files are gone; now let PostgreSQL raise the
+            // cancel (or timeout) error that set InterruptPending.
+            pgrx::check_for_interrupts!();
+            raise(PgSqlErrorCode::ERRCODE_QUERY_CANCELED, "navis index build cancelled".into(), None)
+        }
+        IndexError::Memory(m) => raise(
+            PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+            format!("navis index build needs more memory than maintenance_work_mem allows: {m}"),
+            Some("Raise maintenance_work_mem for this session (SET maintenance_work_mem = '2GB'), or lower max_degree / build_list."),
+        ),
+        IndexError::Invalid(m) => raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("navis index build failed: {m}"),
+            None,
+        ),
+        other => raise(
+            PgSqlErrorCode::ERRCODE_IO_ERROR,
+            format!("navis index build failed: {other}"),
+            None,
+        ),
+    }
+}

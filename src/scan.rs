@@ -1,0 +1,388 @@
+//! Ordered index scans: `ORDER BY col <op> const [LIMIT k]`.
+//!
+//! The scan opens the index (cached per backend by relfilenode and build id, after checking
+//! the metapage against the side directory's `navis_build`), starts a resumable
+//! [`SearchCursor`] on the query vector from `orderbys[0]`, and hands the executor one heap TID
+//! per `amgettuple` in non-decreasing exact distance (`xs_recheckorderby = false`). When the
+//! executor asks for more rows than the first pass produced (LIMIT above `navis.search_list`,
+//! or a WHERE clause that drops rows) the cursor runs further passes, up to
+//! `navis.max_scan_tuples` rows per scan.
+
+use crate::datum::VectorInput;
+use crate::errors::raise;
+use crate::guc;
+use crate::sidefiles;
+use navis_engine::casr::WindowCalibrator;
+use navis_engine::counters::SearchCounters;
+use navis_engine::index::{DiskReader, Index};
+use navis_engine::search::{CasrMode, SearchCursor, SearchParams};
+use navis_engine::Metric;
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+use pgrx::{PgMemoryContexts, PgSqlErrorCode};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::sync::Mutex;
+
+/// An opened index and its per-backend runtime state.
+pub struct OpenIndex {
+    pub index: Index,
+    pub build_id: u64,
+    pub dir: PathBuf,
+    pub calibrator: Mutex<WindowCalibrator>,
+    /// Calibrator settings it was made with (warm-up, percentile): a change recalibrates.
+    calibrator_key: (i32, u64),
+    /// Engine counters summed over this backend's scans of the index.
+    pub counters: Mutex<SearchCounters>,
+    pub scans: Mutex<u64>,
+}
+
+thread_local! {
+    static CACHE: RefCell<HashMap<(u32, u32, u32, u64), Rc<OpenIndex>>> = RefCell::new(HashMap::new());
+}
+
+/// Drops cached indexes whose side directory is `dir` (it is being removed).
+pub fn evict_dir(dir: &Path) {
+    CACHE.with(|c| c.borrow_mut().retain(|_, v| v.dir != dir));
+}
+
+fn missing(index: pg_sys::Relation, detail: String) -> ! {
+    let name = sidefiles::relation_name(index);
+    crate::errors::raise_detail(
+        PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
+        format!("navis index {name} is missing its side files (or they belong to another build): REINDEX INDEX {name}"),
+        detail,
+        Some(&format!("Run REINDEX INDEX {name} to rebuild it from the table.")),
+    )
+}
+
+/// The opened index behind a relation, from the cache or freshly checked and opened.
+pub fn open_index(index: pg_sys::Relation) -> Rc<OpenIndex> {
+    let Some(meta) = sidefiles::read_metapage(index) else {
+        missing(index, "the index has no navis metapage".into())
+    };
+    if meta.version != sidefiles::META_VERSION {
+        missing(index, format!("metapage format version {} is not {}", meta.version, sidefiles::META_VERSION));
+    }
+    // SAFETY: an open relation's rd_node.
+    let node = unsafe { (*index).rd_node };
+    let key = (node.spcNode.to_u32(), node.dbNode.to_u32(), node.relNode.to_u32(), meta.build_id);
+    let dir = sidefiles::side_dir(index);
+    let cal_key = calibrator_key();
+    if let Some(hit) = CACHE.with(|c| c.borrow().get(&key).cloned()) {
+        if hit.dir.exists() {
+            if hit.calibrator_key != cal_key {
+                return reopen(index, key, meta.build_id, dir, cal_key);
+            }
+            return hit;
+        }
+    }
+    reopen(index, key, meta.build_id, dir, cal_key)
+}
+
+fn calibrator_key() -> (i32, u64) {
+    (guc::CASR_WARMUP.get(), guc::CASR_PERCENTILE_SEARCH.get().to_bits())
+}
+
+fn reopen(index: pg_sys::Relation, key: (u32, u32, u32, u64), build_id: u64, dir: PathBuf, cal_key: (i32, u64)) -> Rc<OpenIndex> {
+    let meta_name = sidefiles::read_metapage(index).map(|m| m.dir_name()).unwrap_or_default();
+    if dir.file_name().map(|n| n.to_string_lossy().into_owned()) != Some(meta_name.clone()) {
+        missing(index, format!("the metapage names side directory \"{meta_name}\", expected \"{}\"", dir.display()));
+    }
+    match sidefiles::read_build_file(&dir) {
+        None => missing(index, format!("\"{}\" has no readable {} file", dir.display(), sidefiles::BUILD_FILE)),
+        Some(b) if b.build_id != build_id => missing(
+            index,
+            format!("\"{}\" holds build {:016x}, the metapage expects {:016x}", dir.display(), b.build_id, build_id),
+        ),
+        Some(_) => {}
+    }
+    let opened = Index::open(&dir).unwrap_or_else(|e| missing(index, e.to_string()));
+    let calibrator = WindowCalibrator::new(cal_key.0.max(1) as usize, f64::from_bits(cal_key.1))
+        .unwrap_or_else(|_| WindowCalibrator::for_search());
+    let open = Rc::new(OpenIndex {
+        index: opened,
+        build_id,
+        dir: dir.clone(),
+        calibrator: Mutex::new(calibrator),
+        calibrator_key: cal_key,
+        counters: Mutex::new(SearchCounters::default()),
+        scans: Mutex::new(0),
+    });
+    CACHE.with(|c| {
+        let mut c = c.borrow_mut();
+        // Another build of the same relfilenode (or a removed one) is never used again.
+        c.retain(|k, _| !(k.0 == key.0 && k.1 == key.1 && k.2 == key.2));
+        c.insert(key, open.clone());
+    });
+    open
+}
+
+/// The running search of one scan. Field order matters: the cursor borrows the reader, which
+/// borrows the index; [`Drop`] releases them in that order.
+struct Running {
+    cursor: Option<SearchCursor<'static, DiskReader<'static>>>,
+    reader: *mut DiskReader<'static>,
+    open: Rc<OpenIndex>,
+    calibrating: bool,
+    returned: u64,
+    limit: u64,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(cursor) = self.cursor.take() {
+            let mut total = self.open.counters.lock().unwrap();
+            total.merge(cursor.counters());
+            drop(cursor);
+        }
+        if !self.reader.is_null() {
+            // SAFETY: `reader` came from Box::into_raw in `start` and the cursor that
+            // borrowed it is gone.
+            drop(unsafe { Box::from_raw(self.reader) });
+            self.reader = std::ptr::null_mut();
+        }
+    }
+}
+
+/// Per-scan state, owned by the scan's memory context (dropped when it is deleted, also
+/// after an ERROR) and emptied by amendscan.
+struct ScanState {
+    input: VectorInput,
+    metric: Metric,
+    running: Option<Running>,
+}
+
+#[pg_guard]
+pub unsafe extern "C-unwind" fn ambeginscan(
+    index: pg_sys::Relation,
+    nkeys: std::ffi::c_int,
+    norderbys: std::ffi::c_int,
+) -> pg_sys::IndexScanDesc {
+    // SAFETY: RelationGetIndexScan allocates the descriptor in the current context.
+    let scan = unsafe { pg_sys::RelationGetIndexScan(index, nkeys, norderbys) };
+    // SAFETY: an open index relation has rd_opcintype[0].
+    let input = VectorInput::for_type(unsafe { *(*index).rd_opcintype });
+    let state = ScanState { input, metric: crate::am::index_metric(index), running: None };
+    let ptr = PgMemoryContexts::CurrentMemoryContext.leak_and_drop_on_delete(state);
+    // SAFETY: the descriptor is ours to fill; orderby arrays sized by norderbys.
+    unsafe {
+        (*scan).opaque = ptr as *mut std::ffi::c_void;
+        if norderbys > 0 {
+            (*scan).xs_orderbyvals =
+                pg_sys::palloc0(std::mem::size_of::<pg_sys::Datum>() * norderbys as usize) as *mut pg_sys::Datum;
+            (*scan).xs_orderbynulls = pg_sys::palloc(std::mem::size_of::<bool>() * norderbys as usize) as *mut bool;
+            for i in 0..norderbys as usize {
+                *(*scan).xs_orderbynulls.add(i) = true;
+            }
+        }
+    }
+    scan
+}
+
+fn state_of<'a>(scan: pg_sys::IndexScanDesc) -> &'a mut ScanState {
+    // SAFETY: opaque was set in ambeginscan to a ScanState that lives as long as the scan.
+    unsafe { &mut *((*scan).opaque as *mut ScanState) }
+}
+
+#[pg_guard]
+pub unsafe extern "C-unwind" fn amrescan(
+    scan: pg_sys::IndexScanDesc,
+    keys: pg_sys::ScanKey,
+    nkeys: std::ffi::c_int,
+    orderbys: pg_sys::ScanKey,
+    norderbys: std::ffi::c_int,
+) {
+    // SAFETY: copying the keys the executor passes into the descriptor's own arrays.
+    unsafe {
+        if !keys.is_null() && nkeys > 0 {
+            std::ptr::copy(keys, (*scan).keyData, nkeys as usize);
+        }
+        if !orderbys.is_null() && norderbys > 0 {
+            std::ptr::copy(orderbys, (*scan).orderByData, norderbys as usize);
+        }
+    }
+    let state = state_of(scan);
+    state.running = None;
+    // SAFETY: orderByData has numberOfOrderBys entries.
+    let (n_orderbys, index) = unsafe { ((*scan).numberOfOrderBys, (*scan).indexRelation) };
+    if n_orderbys == 0 {
+        raise(
+            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+            "a navis index can only be scanned with ORDER BY <distance operator> <vector>".into(),
+            None,
+        )
+    }
+    // SAFETY: the first ORDER BY key.
+    let key = unsafe { &*(*scan).orderByData };
+    if key.sk_flags & pg_sys::SK_ISNULL as i32 != 0 {
+        return; // ORDER BY distance to NULL: no rows, as in pgvector
+    }
+    // SAFETY: a non-NULL argument of the opclass's input type.
+    let query: Vec<f32> = unsafe { state.input.as_vector(key.sk_argument, "query vector") }.to_vec();
+    if let Err(e) = navis_engine::validate(&query) {
+        crate::errors::raise_vector_error(e);
+    }
+    if state.metric == Metric::Cosine && query.iter().all(|x| *x == 0.0) {
+        return; // every cosine distance to a zero query is NaN: nothing to order
+    }
+    let open = open_index(index);
+    if !open.index.is_empty() && query.len() != open.index.dim() {
+        raise(
+            PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
+            format!(
+                "query vector has {} dimensions, index \"{}\" has {}",
+                query.len(),
+                sidefiles::relation_name(index),
+                open.index.dim()
+            ),
+            Some("Use a query vector with the same number of dimensions as the indexed column."),
+        )
+    }
+    state.running = Some(start(open, &query));
+}
+
+fn search_params() -> (SearchParams, bool) {
+    let list = guc::SEARCH_LIST.get().max(1) as usize;
+    let params = SearchParams {
+        k: (guc::RERANK_TOP_K.get().max(1) as usize).min(list),
+        list,
+        beam_width: guc::BEAM_WIDTH.get().max(1) as usize,
+        entry_list: guc::ENTRY_POINTS.get().max(1) as usize,
+        casr: CasrMode::Off,
+        ..SearchParams::default()
+    };
+    (params, guc::CASR_ENABLED.get())
+}
+
+fn start(open: Rc<OpenIndex>, query: &[f32]) -> Running {
+    let (mut params, casr_on) = search_params();
+    let mut calibrating = false;
+    if casr_on {
+        match open.calibrator.lock().unwrap().window() {
+            Some(w) => params.casr = CasrMode::Window(w),
+            None => calibrating = true,
+        }
+    }
+    let reader = match open.index.reader() {
+        Ok(r) => r,
+        Err(e) => raise(PgSqlErrorCode::ERRCODE_IO_ERROR, format!("navis could not open a reader: {e}"), None),
+    };
+    // SAFETY: the reader borrows `open.index`, which lives in an Rc kept in the same
+    // Running (heap address stable); Running drops the cursor, then the reader, then the Rc.
+    let reader: *mut DiskReader<'static> = Box::into_raw(Box::new(unsafe {
+        std::mem::transmute::<DiskReader<'_>, DiskReader<'static>>(reader)
+    }));
+    // SAFETY: `reader` is a live Box pointer used only through this cursor until Drop.
+    let cursor = SearchCursor::new(unsafe { &mut *reader }, query, params);
+    let cursor = match cursor {
+        Ok(c) => c,
+        Err(e) => {
+            // SAFETY: no cursor borrowed the reader.
+            drop(unsafe { Box::from_raw(reader) });
+            raise(PgSqlErrorCode::ERRCODE_DATA_EXCEPTION, format!("navis search: {e}"), None)
+        }
+    };
+    *open.scans.lock().unwrap() += 1;
+    Running {
+        cursor: Some(cursor),
+        reader,
+        open,
+        calibrating,
+        returned: 0,
+        limit: guc::MAX_SCAN_TUPLES.get().max(1) as u64,
+    }
+}
+
+/// The value the SQL operator returns, from the engine's search distance.
+fn sql_distance(metric: Metric, d: f32) -> f64 {
+    match metric {
+        Metric::L2 => (d.max(0.0) as f64).sqrt(),
+        Metric::InnerProduct => d as f64,
+        // unit vectors: |a - b|^2 = 2 - 2 cos
+        Metric::Cosine => (d as f64 / 2.0).clamp(0.0, 2.0),
+    }
+}
+
+#[pg_guard]
+pub unsafe extern "C-unwind" fn amgettuple(
+    scan: pg_sys::IndexScanDesc,
+    _direction: pg_sys::ScanDirection::Type,
+) -> bool {
+    let state = state_of(scan);
+    let metric = state.metric;
+    let Some(run) = state.running.as_mut() else { return false };
+    if run.returned >= run.limit {
+        return false;
+    }
+    pgrx::check_for_interrupts!();
+    let cursor = run.cursor.as_mut().expect("cursor present while running");
+    let passes_before = cursor.passes();
+    let hit = match cursor.next_hit() {
+        Ok(h) => h,
+        Err(e) => raise(PgSqlErrorCode::ERRCODE_IO_ERROR, format!("navis search failed: {e}"), None),
+    };
+    if run.calibrating && passes_before == 0 && cursor.passes() > 0 {
+        if let Some(w) = cursor.calibration_sample() {
+            run.open.calibrator.lock().unwrap().record_window(w);
+        }
+        run.calibrating = false;
+    }
+    let Some(hit) = hit else { return false };
+    run.returned += 1;
+    // SAFETY: filling the descriptor's output fields for this tuple.
+    unsafe {
+        let tid = &mut (*scan).xs_heaptid;
+        pgrx::itemptr::item_pointer_set_all(tid, hit.tid.block, hit.tid.offset);
+        (*scan).xs_recheck = false;
+        (*scan).xs_recheckorderby = false;
+        if (*scan).numberOfOrderBys > 0 {
+            *(*scan).xs_orderbyvals = sql_distance(metric, hit.distance).into_datum().unwrap();
+            *(*scan).xs_orderbynulls = false;
+        }
+    }
+    true
+}
+
+#[pg_guard]
+pub unsafe extern "C-unwind" fn amendscan(scan: pg_sys::IndexScanDesc) {
+    state_of(scan).running = None;
+}
+
+/// Cost model: the index serves only `ORDER BY <op> const`; its work is about one edge-page
+/// read per candidate in the search list, independent of the table size, so it wins over a
+/// sequential scan plus sort once the table is larger than a few hundred rows.
+#[pg_guard]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C-unwind" fn amcostestimate(
+    _root: *mut pg_sys::PlannerInfo,
+    path: *mut pg_sys::IndexPath,
+    _loop_count: f64,
+    startup: *mut pg_sys::Cost,
+    total: *mut pg_sys::Cost,
+    selectivity: *mut pg_sys::Selectivity,
+    correlation: *mut f64,
+    pages: *mut f64,
+) {
+    const DISABLE_COST: f64 = 1.0e10;
+    // SAFETY: the planner passes valid pointers for every output and a valid path.
+    unsafe {
+        *selectivity = 1.0;
+        *correlation = 0.0;
+        if (*path).indexorderbys.is_null() {
+            *startup = DISABLE_COST;
+            *total = DISABLE_COST;
+            *pages = 1.0;
+            return;
+        }
+        let list = guc::SEARCH_LIST.get().max(1) as f64;
+        let tuples = (*(*path).indexinfo).tuples.max(1.0);
+        let page_cost = pg_sys::random_page_cost;
+        let reads = list.min(tuples);
+        *startup = reads * page_cost + reads * 32.0 * pg_sys::cpu_operator_cost;
+        *total = *startup + tuples * pg_sys::cpu_index_tuple_cost;
+        *pages = reads;
+    }
+}
