@@ -2,7 +2,9 @@
 # SQL regression suite: runs each pg_test/sql/NAME.sql with psql (echoing statements) in a
 # fresh database of a throwaway cluster and compares the output with
 # pg_test/expected/NAME.out. A first line `-- navis-test: no-preload` runs the file on a
-# cluster WITHOUT shared_preload_libraries = 'navis'.
+# cluster WITHOUT shared_preload_libraries = 'navis'. A first line
+# `-- navis-test: requires-extension NAME` skips the file (saying so) when the extension NAME
+# is not installed in this PostgreSQL (e.g. pgvector, which CI machines do not have).
 #   bash pg_test/run_sql_tests.sh            # run all, fail on any difference
 #   UPDATE_EXPECTED=1 bash pg_test/run_sql_tests.sh   # rewrite expected files (review the diff!)
 # Installs the debug build of navis into the system PostgreSQL 15 first. Run as root.
@@ -47,8 +49,15 @@ run_group() {  # $1 = preload|no-preload, rest = sql files
   cluster_stop "$dir"
 }
 
-preload=(); no_preload=()
+preload=(); no_preload=(); skipped=0
+EXTDIR=${NAVIS_TEST_EXTENSION_DIR:-$("$PGBIN/pg_config" --sharedir)/extension}  # override to test skipping
 for f in pg_test/sql/*.sql; do
+  ext=$(head -n 1 "$f" | sed -n 's/^-- navis-test: requires-extension \([A-Za-z0-9_]*\).*/\1/p')
+  if [ -n "$ext" ] && [ ! -f "$EXTDIR/$ext.control" ]; then
+    echo "skipped  $(basename "$f" .sql) (extension \"$ext\" is not installed)"
+    skipped=$((skipped + 1))
+    continue
+  fi
   if head -n 1 "$f" | grep -q 'navis-test: no-preload'; then no_preload+=("$f"); else preload+=("$f"); fi
 done
 run_group preload "${preload[@]}"
@@ -57,4 +66,4 @@ if [ "$failed" != 0 ]; then
   echo "SQL regression tests FAILED"
   exit 1
 fi
-echo "SQL regression tests passed: $(( ${#preload[@]} + ${#no_preload[@]} )) files"
+echo "SQL regression tests passed: $(( ${#preload[@]} + ${#no_preload[@]} )) files, $skipped skipped"

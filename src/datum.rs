@@ -2,7 +2,8 @@
 //! `&[f32]`.
 //!
 //! Every place that reads an indexed value (build, insert, scan keys) goes through
-//! [`VectorInput`], so adding an input type (pgvector's `vector`) is one variant here.
+//! [`VectorInput`], so each input type is one variant here: `real[]`, and pgvector's `vector`
+//! when that extension is installed (see `pgvector.rs` for its operator classes).
 
 use crate::errors::raise;
 use crate::vector_sql::array_as_vector;
@@ -14,7 +15,13 @@ use pgrx::{pg_sys, PgSqlErrorCode};
 pub enum VectorInput {
     /// `real[]` (float4[]), one-dimensional, no NULL elements.
     RealArray,
+    /// pgvector's `vector`: a varlena holding `int16 dim`, `int16 unused`, `float4 x[dim]`
+    /// (pgvector's src/vector.h), read in place.
+    PgVector,
 }
+
+/// Bytes before the first element of a pgvector `vector` (4-byte varlena header, dim, unused).
+const PGVECTOR_HEADER: usize = 8;
 
 impl VectorInput {
     /// The input kind for a type OID, or `ERROR` naming the supported types.
@@ -22,10 +29,13 @@ impl VectorInput {
         if type_oid == pg_sys::FLOAT4ARRAYOID {
             return VectorInput::RealArray;
         }
+        if crate::pgvector::is_pgvector_type(type_oid) {
+            return VectorInput::PgVector;
+        }
         raise(
             PgSqlErrorCode::ERRCODE_DATATYPE_MISMATCH,
-            "navis indexes support real[] columns only".into(),
-            None,
+            "navis indexes support real[] columns and pgvector's vector columns only".into(),
+            Some("Store the embedding as real[], or install pgvector and run SELECT navis_enable_pgvector()."),
         )
     }
 
@@ -43,6 +53,51 @@ impl VectorInput {
                     .expect("a non-NULL datum gives an array");
                 array_as_vector(array, what)
             }
+            // SAFETY: the caller guarantees a non-NULL pgvector `vector` datum.
+            VectorInput::PgVector => unsafe { pgvector_as_vector(datum, what) },
         }
     }
+}
+
+/// Borrows the elements of a pgvector `vector` datum without copying them (beyond the
+/// detoasting PostgreSQL does for compressed, external or short-header values).
+///
+/// # Safety
+/// `datum` must be a non-NULL datum of pgvector's `vector` type.
+unsafe fn pgvector_as_vector<'a>(datum: pg_sys::Datum, what: &str) -> &'a [f32] {
+    // SAFETY: a non-NULL varlena datum; pg_detoast_datum returns it unchanged when it is
+    // plain (4-byte header, inline, uncompressed) or a palloc'd plain copy otherwise, so the
+    // result always has a 4-byte header and lives in the current memory context.
+    let ptr = unsafe { pg_sys::pg_detoast_datum(datum.cast_mut_ptr::<pg_sys::varlena>()) };
+    // SAFETY: `ptr` is a plain varlena (see above), so its 4-byte header gives its size.
+    let total = unsafe { pgrx::varlena::varsize(ptr) };
+    if total < PGVECTOR_HEADER {
+        bad(what, format!("it is {total} bytes long, shorter than its header"));
+    }
+    let base = ptr as *const u8;
+    // SAFETY: the value is at least PGVECTOR_HEADER bytes long; dim is the int16 after the
+    // 4-byte varlena header (read unaligned to make no assumption about the datum's address).
+    let dim = unsafe { std::ptr::read_unaligned(base.add(4) as *const i16) };
+    let expected = PGVECTOR_HEADER + 4 * dim.max(0) as usize;
+    if dim < 0 || expected != total {
+        bad(what, format!("its header says {dim} dimensions but it holds {total} bytes"));
+    }
+    // SAFETY: the value is longer than its header (checked above).
+    let data = unsafe { base.add(PGVECTOR_HEADER) } as *const f32;
+    if (data as usize) % std::mem::align_of::<f32>() != 0 {
+        // Never seen: detoasted values are palloc'd (MAXALIGN) and inline ones start at the
+        // type's 4-byte alignment. Refuse rather than read unaligned floats.
+        bad(what, "its elements are not 4-byte aligned".into());
+    }
+    // SAFETY: `data` is 4-byte aligned and the value holds exactly `dim` float4s after the
+    // header (checked above); they live as long as the detoasted value (current context).
+    unsafe { std::slice::from_raw_parts(data, dim as usize) }
+}
+
+fn bad(what: &str, detail: String) -> ! {
+    raise(
+        PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
+        format!("{what} is not a valid pgvector value: {detail}"),
+        None,
+    )
 }

@@ -12,6 +12,7 @@ mod datum;
 mod errors;
 mod guc;
 mod options;
+mod pgvector;
 mod scan;
 mod shmem;
 mod sidefiles;

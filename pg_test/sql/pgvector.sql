@@ -1,0 +1,124 @@
+-- navis-test: requires-extension vector
+-- pgvector's vector type on navis. Runs only where pgvector is installed (CI has none: the
+-- runner then prints "skipped"). pgvector first, then navis: CREATE EXTENSION navis adds the
+-- operator classes for vector itself.
+CREATE EXTENSION vector;
+CREATE EXTENSION navis;
+SELECT c.opcname, c.opcdefault, c.opcintype::regtype AS type, o.oprname,
+       o.oprleft::regtype AS left, o.oprright::regtype AS right, ao.amoppurpose
+FROM pg_opclass c
+JOIN pg_amop ao ON ao.amopfamily = c.opcfamily
+JOIN pg_operator o ON o.oid = ao.amopopr
+WHERE c.opcmethod = (SELECT oid FROM pg_am WHERE amname = 'navis')
+ORDER BY c.opcname;
+-- they belong to neither extension (see src/pgvector.rs)
+SELECT count(*) AS extension_members FROM pg_depend
+WHERE deptype = 'e' AND classid IN ('pg_opclass'::regclass, 'pg_opfamily'::regclass)
+  AND pg_describe_object(classid, objid, 0) LIKE '%navis_vector_%_ops%';
+-- already enabled: nothing to do
+SELECT navis_enable_pgvector();
+-- a small pgvector table, unchanged, indexed with navis for each distance
+CREATE TABLE items (id int PRIMARY KEY, embedding vector(3));
+INSERT INTO items
+SELECT i, ARRAY[sin(i), cos(i * 0.7), (i % 17) / 17.0 - 0.5]::vector
+FROM generate_series(1, 400) i;
+INSERT INTO items VALUES (401, NULL);
+CREATE INDEX items_l2 ON items USING navis (embedding);
+CREATE INDEX items_ip ON items USING navis (embedding navis_vector_ip_ops);
+CREATE INDEX items_cos ON items USING navis (embedding navis_vector_cosine_ops);
+SELECT indexrelid::regclass AS index, opc.opcname
+FROM pg_index i JOIN pg_opclass opc ON opc.oid = i.indclass[0]
+WHERE indrelid = 'items'::regclass AND opc.opcmethod = (SELECT oid FROM pg_am WHERE amname = 'navis')
+ORDER BY 1;
+SET enable_seqscan = off;
+EXPLAIN (COSTS OFF) SELECT id FROM items ORDER BY embedding <-> '[0.5, 0.5, 0.0]' LIMIT 10;
+EXPLAIN (COSTS OFF) SELECT id FROM items ORDER BY embedding <#> '[0.5, 0.5, 0.0]' LIMIT 10;
+EXPLAIN (COSTS OFF) SELECT id FROM items ORDER BY embedding <=> '[0.5, 0.5, 0.0]' LIMIT 10;
+-- a query parameter of type vector, as applications send it
+PREPARE nearest(vector) AS SELECT id FROM items ORDER BY embedding <-> $1 LIMIT 5;
+EXPLAIN (COSTS OFF) EXECUTE nearest('[0.5, 0.5, 0.0]');
+EXECUTE nearest('[0.5, 0.5, 0.0]');
+-- the index returns the exact top 10, in order, for each operator
+CREATE TEMP TABLE q (op text, rank bigint, id int, dist float8);
+INSERT INTO q SELECT '<->', row_number() OVER (), id, d FROM
+  (SELECT id, embedding <-> '[0.5, 0.5, 0.0]' AS d FROM items ORDER BY embedding <-> '[0.5, 0.5, 0.0]' LIMIT 10) s;
+INSERT INTO q SELECT '<#>', row_number() OVER (), id, d FROM
+  (SELECT id, embedding <#> '[0.5, 0.5, 0.0]' AS d FROM items ORDER BY embedding <#> '[0.5, 0.5, 0.0]' LIMIT 10) s;
+INSERT INTO q SELECT '<=>', row_number() OVER (), id, d FROM
+  (SELECT id, embedding <=> '[0.5, 0.5, 0.0]' AS d FROM items ORDER BY embedding <=> '[0.5, 0.5, 0.0]' LIMIT 10) s;
+SET enable_seqscan = on;
+SET enable_indexscan = off;
+CREATE TEMP TABLE exact (op text, rank bigint, id int, dist float8);
+INSERT INTO exact SELECT '<->', row_number() OVER (), id, d FROM
+  (SELECT id, embedding <-> '[0.5, 0.5, 0.0]' AS d FROM items ORDER BY embedding <-> '[0.5, 0.5, 0.0]' LIMIT 10) s;
+INSERT INTO exact SELECT '<#>', row_number() OVER (), id, d FROM
+  (SELECT id, embedding <#> '[0.5, 0.5, 0.0]' AS d FROM items ORDER BY embedding <#> '[0.5, 0.5, 0.0]' LIMIT 10) s;
+INSERT INTO exact SELECT '<=>', row_number() OVER (), id, d FROM
+  (SELECT id, embedding <=> '[0.5, 0.5, 0.0]' AS d FROM items ORDER BY embedding <=> '[0.5, 0.5, 0.0]' LIMIT 10) s;
+RESET enable_indexscan;
+SET enable_seqscan = off;
+SELECT op, count(*) AS rows, count(*) FILTER (WHERE e.id = q.id) AS same_id_at_rank,
+       bool_and(abs(e.dist - q.dist) < 1e-6) AS same_distances
+FROM q JOIN exact e USING (op, rank) GROUP BY op ORDER BY op;
+-- the query must have the column's dimensions; the NULL row (401) is never returned
+SELECT id FROM items ORDER BY embedding <-> '[1, 2]' LIMIT 1;
+SELECT count(*) AS rows, count(*) FILTER (WHERE id = 401) AS null_rows
+FROM (SELECT id FROM items ORDER BY embedding <-> '[0.5, 0.5, 0.0]' LIMIT 50) s;
+-- 784 dimensions: values this large are stored out of line (TOAST) and read through it
+SELECT setseed(0.25);
+CREATE TABLE wide (id int, embedding vector(784));
+INSERT INTO wide
+SELECT i, (SELECT array_agg(((i % 7) + random()) * (j % 5))::real[] FROM generate_series(1, 784) j)::vector
+FROM generate_series(1, 200) i;
+SELECT pg_relation_size(reltoastrelid) > 0 AS toasted FROM pg_class WHERE relname = 'wide';
+-- (workaround, remove when build.rs polls QueryCancelPending/ProcDiePending: PostgreSQL's
+-- idle-stats timer sets InterruptPending without any cancel, and a build that runs when it
+-- fires reports "cancelled"; a pause lets the pending stats flush so the timer is off)
+SELECT pg_sleep(1.1);
+CREATE INDEX wide_l2 ON wide USING navis (embedding);
+EXPLAIN (COSTS OFF) SELECT id FROM wide ORDER BY embedding <-> (SELECT embedding FROM wide WHERE id = 3) LIMIT 10;
+CREATE TEMP TABLE wq AS SELECT id, embedding FROM wide WHERE id IN (3, 50, 111, 150, 199);
+CREATE TEMP TABLE wgot AS SELECT wq.id AS qid, n.id
+  FROM wq CROSS JOIN LATERAL (SELECT w.id FROM wide w ORDER BY w.embedding <-> wq.embedding LIMIT 10) n;
+SET enable_seqscan = on;
+SET enable_indexscan = off;
+CREATE TEMP TABLE wexact AS SELECT wq.id AS qid, n.id
+  FROM wq CROSS JOIN LATERAL (SELECT w.id FROM wide w ORDER BY w.embedding <-> wq.embedding LIMIT 10) n;
+RESET enable_indexscan;
+SELECT (SELECT count(*) FROM wgot) AS returned,
+       (SELECT count(*) FROM wgot JOIN wexact USING (qid, id)) / 50.0 >= 0.9 AS recall_at_10_ok;
+-- the other order, with pgvector in its own schema: install navis, then pgvector, then enable
+CREATE DATABASE t_pgvector_later;
+\c t_pgvector_later
+CREATE EXTENSION navis;
+SELECT navis_enable_pgvector();
+CREATE SCHEMA extensions;
+CREATE EXTENSION vector SCHEMA extensions;
+SET search_path = public, extensions;
+CREATE TABLE docs (id int, embedding vector(3));
+INSERT INTO docs SELECT i, ARRAY[i, i % 10, 1]::vector FROM generate_series(1, 50) i;
+CREATE INDEX ON docs USING navis (embedding);
+SELECT navis_enable_pgvector();
+SELECT navis_enable_pgvector();
+SELECT opcname, opcdefault, opcnamespace::regnamespace, opcintype::regtype
+FROM pg_opclass WHERE opcname LIKE 'navis_vector%' ORDER BY 1;
+CREATE INDEX docs_cos ON docs USING navis (embedding navis_vector_cosine_ops);
+SET enable_seqscan = off;
+EXPLAIN (COSTS OFF) SELECT id FROM docs ORDER BY embedding <=> '[10, 0, 1]' LIMIT 3;
+SELECT id FROM docs ORDER BY embedding <=> '[10, 0, 1]', id LIMIT 3;
+-- dropping pgvector needs CASCADE and takes the operator classes and navis indexes on vector
+-- columns with it, nothing else of navis
+DROP EXTENSION vector;
+DROP EXTENSION vector CASCADE;
+SELECT extname FROM pg_extension WHERE extname IN ('navis', 'vector');
+SELECT count(*) FROM pg_opclass WHERE opcname LIKE 'navis_vector%';
+CREATE EXTENSION vector SCHEMA extensions;
+SELECT navis_enable_pgvector();
+-- DROP EXTENSION navis takes them along (their families depend on the access method
+-- automatically); CREATE EXTENSION navis brings them back
+DROP EXTENSION navis;
+SELECT count(*) FROM pg_opclass WHERE opcname LIKE 'navis_vector%';
+CREATE EXTENSION navis;
+SELECT opcname, opcdefault FROM pg_opclass WHERE opcname LIKE 'navis_vector%' ORDER BY 1;
+\c t_pgvector
+DROP DATABASE t_pgvector_later;
