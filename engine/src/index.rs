@@ -280,7 +280,8 @@ pub fn build_index(
     clock.finish(&mut report);
     check()?;
 
-    clock.start(BuildPhase::GraphBuild, 2 * n as u64);
+    // One Vamana pass reports one unit per inserted vertex.
+    clock.start(BuildPhase::GraphBuild, n as u64);
     let vamana = VamanaParams {
         max_degree: params.max_degree,
         build_list: params.build_list,
@@ -303,7 +304,7 @@ pub fn build_index(
     clock.finish(&mut report);
     check()?;
 
-    clock.start(BuildPhase::Entrance, 2 * entrance_ids.len() as u64);
+    clock.start(BuildPhase::Entrance, entrance_ids.len() as u64);
     let report_entrance = |done: u64, total: u64| progress(BuildPhase::Entrance, done, total);
     let control = BuildControl {
         progress: Some(&report_entrance),
@@ -946,7 +947,17 @@ mod tests {
         assert!(phases
             .lock()
             .unwrap()
-            .contains(&(BuildPhase::Entrance, 120, 120)));
+            .contains(&(BuildPhase::Entrance, 60, 60)));
+        let phases = phases.into_inner().unwrap();
+        for phase in [BuildPhase::GraphBuild, BuildPhase::Entrance] {
+            let events: Vec<_> = phases.iter().filter(|e| e.0 == phase).collect();
+            let total = events[0].2;
+            assert!(
+                events.iter().all(|e| e.2 == total && e.1 <= total),
+                "{phase:?} keeps one total: {events:?}"
+            );
+            assert!(events.len() > 2, "{phase:?} reports between start and end");
+        }
         let index = Index::open(&dir).unwrap();
         let entrance = index.entrance();
         assert_eq!(entrance.ids(), entrance_sample(n, 0.02, params.seed));

@@ -217,7 +217,7 @@ pub fn build_vamana_with_stats(
     let n = check_input(data, dim)?;
     control.check()?;
     if n <= 1 {
-        control.report(2 * n as u64, 2 * n as u64);
+        control.report(n as u64, n as u64);
         return Ok((
             Graph {
                 adjacency: vec![Vec::new(); n],
