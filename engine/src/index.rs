@@ -627,6 +627,12 @@ impl Index {
         casr: CasrSetting,
     ) -> io::Result<(Vec<SearchHit>, SearchCounters)> {
         let calibrating = match casr {
+            // The packed-layout emulation reranks every vector it loaded while expanding, so
+            // there is no window to apply and its reranks yield no calibration sample.
+            _ if params.packed => {
+                params.casr = CasrMode::Off;
+                false
+            }
             CasrSetting::Auto => match self.search_window() {
                 Some(w) => {
                     params.casr = CasrMode::Window(w);
@@ -655,6 +661,34 @@ impl Index {
                 .record_window(w);
         }
         Ok((hits, *cursor.counters()))
+    }
+}
+
+impl Index {
+    /// Runs [`CasrSetting::Auto`] searches over `queries` (row-major, cycled) until the CASR
+    /// window is calibrated, and returns it. Gives up (returning `None`, after which `Auto`
+    /// searches keep reranking everything) when no query can feed the calibrator: packed
+    /// searches, an index or query set with nothing to rerank, or `max_queries` searches
+    /// without completing the warm-up.
+    pub fn warm_up(
+        &self,
+        reader: &mut DiskReader<'_>,
+        queries: &[f32],
+        params: SearchParams,
+        max_queries: usize,
+    ) -> io::Result<Option<usize>> {
+        let dim = self.dim();
+        if params.packed || self.is_empty() || queries.len() < dim {
+            return Ok(self.search_window());
+        }
+        let rows: Vec<&[f32]> = queries.chunks_exact(dim).collect();
+        for q in rows.iter().cycle().take(max_queries) {
+            if let Some(w) = self.search_window() {
+                return Ok(Some(w));
+            }
+            self.search(reader, q, params, CasrSetting::Auto)?;
+        }
+        Ok(self.search_window())
     }
 }
 
@@ -891,6 +925,68 @@ mod tests {
             assert!(SearchCursor::new(&mut reader, &[f32::NAN], SearchParams::default()).is_err());
             assert!(SearchCursor::new(&mut reader, &[], SearchParams::default()).is_err());
         }
+    }
+
+    #[test]
+    fn auto_casr_warm_up_ends_for_packed_and_empty_searches() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (n, dim) = (600, 8);
+        let data = crate::dataset::synthetic_clustered(n, dim, 6, 3);
+        let dir = tmp.path().join("idx");
+        build_index(
+            &dir,
+            &data,
+            &tids(n),
+            &small_params(Metric::L2),
+            &none,
+            &never,
+        )
+        .unwrap();
+        let index = Index::open(&dir).unwrap();
+        let mut reader = index.reader().unwrap();
+        let queries = &data[..20 * dim];
+        let packed = SearchParams {
+            packed: true,
+            ..SearchParams::default()
+        };
+        index.set_calibrator(WindowCalibrator::new(5, 100.0).unwrap());
+        // Packed searches never calibrate, so warm-up returns at once instead of spinning.
+        assert_eq!(
+            index.warm_up(&mut reader, queries, packed, 1000).unwrap(),
+            None
+        );
+        for q in queries.chunks_exact(dim) {
+            let (hits, c) = index
+                .search(&mut reader, q, packed, CasrSetting::Auto)
+                .unwrap();
+            assert_eq!(hits.len(), 10);
+            assert_eq!(c.packed_vector_loads, c.expanded);
+        }
+        assert_eq!(index.search_window(), None, "packed reranks are no samples");
+        // A warm-up longer than the cap stops at the cap.
+        let plain = SearchParams::default();
+        index.set_calibrator(WindowCalibrator::new(1000, 100.0).unwrap());
+        assert_eq!(
+            index.warm_up(&mut reader, queries, plain, 30).unwrap(),
+            None
+        );
+        assert_eq!(index.calibrator.lock().unwrap().samples(), 30);
+        // An ordinary warm-up calibrates after exactly `warmup` searches.
+        index.set_calibrator(WindowCalibrator::new(5, 100.0).unwrap());
+        let w = index.warm_up(&mut reader, queries, plain, 1000).unwrap();
+        assert!(w.is_some_and(|w| (1..=plain.list).contains(&w)), "{w:?}");
+        assert_eq!(index.calibrator.lock().unwrap().samples(), 5);
+
+        let empty = tmp.path().join("empty");
+        build_index(&empty, &[], &[], &small_params(Metric::L2), &none, &never).unwrap();
+        let index = Index::open(&empty).unwrap();
+        let mut reader = index.reader().unwrap();
+        assert_eq!(
+            index
+                .warm_up(&mut reader, &[1.0, 2.0], plain, 1000)
+                .unwrap(),
+            None
+        );
     }
 
     #[test]

@@ -284,15 +284,16 @@ fn cmd_search(a: &Args) -> Result<()> {
             WindowCalibrator::new(warmup.max(1), 100.0).map_err(|e| e.to_string())?,
         );
         let params = SearchParams { list, ..base };
-        if casr == CasrSetting::Auto {
+        if casr == CasrSetting::Auto && !base.packed {
             let mut reader = index.reader().map_err(|e| e.to_string())?;
-            let mut i = 0;
-            while index.search_window().is_none() {
-                let q = &queries.data[(i % nq) * queries.dim..(i % nq + 1) * queries.dim];
-                index
-                    .search(&mut reader, q, params, casr)
-                    .map_err(|e| e.to_string())?;
-                i += 1;
+            // Every query with candidates yields one sample; the cap only guards against a
+            // query set that yields none, which would otherwise spin forever.
+            let cap = warmup.max(1).saturating_mul(2);
+            let window = index
+                .warm_up(&mut reader, &queries.data, params, cap)
+                .map_err(|e| e.to_string())?;
+            if window.is_none() {
+                println!("L={list}: CASR not calibrated after {cap} warm-up queries; reranking everything");
             }
         }
         rows.push(run_queries(
