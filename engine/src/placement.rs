@@ -209,14 +209,42 @@ fn pop_unassigned(frontier: &mut VecDeque<VertexId>, page_of: &[u32]) -> Option<
     None
 }
 
-fn reverse_adjacency(adjacency: &[Vec<VertexId>]) -> Vec<Vec<VertexId>> {
-    let mut incoming = vec![Vec::new(); adjacency.len()];
-    for (u, list) in adjacency.iter().enumerate() {
+/// Every vertex's in-neighbours in one CSR array: two allocations instead of a `Vec` per
+/// vertex, which at low dimensions outweighed the vectors (see `graph::memory`).
+struct Incoming {
+    /// `ids[offsets[v]..offsets[v + 1]]` are v's in-neighbours, in increasing order.
+    offsets: Vec<usize>,
+    ids: Vec<VertexId>,
+}
+
+impl Incoming {
+    fn of(&self, v: usize) -> &[VertexId] {
+        &self.ids[self.offsets[v]..self.offsets[v + 1]]
+    }
+}
+
+fn reverse_adjacency(adjacency: &[Vec<VertexId>]) -> Incoming {
+    let n = adjacency.len();
+    let mut offsets = vec![0usize; n + 1];
+    for &v in adjacency.iter().flatten() {
+        offsets[v as usize + 1] += 1;
+    }
+    for v in 0..n {
+        offsets[v + 1] += offsets[v];
+    }
+    let edges = offsets[n];
+    let mut ids = vec![0; edges];
+    // Filling each list from its end, sources in decreasing order, leaves every list sorted
+    // and turns `offsets[v + 1]` into v's start without a second cursor array.
+    for (u, list) in adjacency.iter().enumerate().rev() {
         for &v in list {
-            incoming[v as usize].push(u as VertexId);
+            offsets[v as usize + 1] -= 1;
+            ids[offsets[v as usize + 1]] = u as VertexId;
         }
     }
-    incoming
+    offsets.rotate_left(1);
+    offsets[n] = edges;
+    Incoming { offsets, ids }
 }
 
 /// Count of `u`'s out- and in-neighbours (self excluded) on each page, as (page, count)
@@ -224,13 +252,13 @@ fn reverse_adjacency(adjacency: &[Vec<VertexId>]) -> Vec<Vec<VertexId>> {
 fn tally_neighbour_pages(
     u: usize,
     adjacency: &[Vec<VertexId>],
-    incoming: &[Vec<VertexId>],
+    incoming: &Incoming,
     page_of: &[u32],
     scratch: &mut Vec<u32>,
     tallies: &mut Vec<(u32, u32)>,
 ) {
     scratch.clear();
-    let neighbours = adjacency[u].iter().chain(&incoming[u]);
+    let neighbours = adjacency[u].iter().chain(incoming.of(u));
     scratch.extend(
         neighbours
             .filter(|&&v| v as usize != u)
@@ -252,12 +280,12 @@ fn links_to_page(
     u: usize,
     page: u32,
     adjacency: &[Vec<VertexId>],
-    incoming: &[Vec<VertexId>],
+    incoming: &Incoming,
     page_of: &[u32],
 ) -> i64 {
     adjacency[u]
         .iter()
-        .chain(&incoming[u])
+        .chain(incoming.of(u))
         .filter(|&&v| v as usize != u && page_of[v as usize] == page)
         .count() as i64
 }
@@ -267,7 +295,7 @@ fn links_to_page(
 /// two.
 struct Refiner<'g> {
     adjacency: &'g [Vec<VertexId>],
-    incoming: &'g [Vec<VertexId>],
+    incoming: &'g Incoming,
     page_of: Vec<u32>,
     members: Vec<Vec<VertexId>>,
     internal: Vec<i64>,
@@ -277,7 +305,7 @@ struct Refiner<'g> {
 impl<'g> Refiner<'g> {
     fn new(
         adjacency: &'g [Vec<VertexId>],
-        incoming: &'g [Vec<VertexId>],
+        incoming: &'g Incoming,
         page_of: Vec<u32>,
         pages: usize,
         slots_per_page: usize,
@@ -300,7 +328,7 @@ impl<'g> Refiner<'g> {
     }
 
     fn links(&self, v: usize) -> impl Iterator<Item = &VertexId> {
-        self.adjacency[v].iter().chain(&self.incoming[v])
+        self.adjacency[v].iter().chain(self.incoming.of(v))
     }
 
     /// One pass moving each vertex to the page holding most of its neighbours. When that
@@ -346,7 +374,7 @@ impl<'g> Refiner<'g> {
         let mut best: Option<(i64, VertexId)> = None;
         for &w in &self.members[target as usize] {
             let wi = w as usize;
-            let degree = (self.adjacency[wi].len() + self.incoming[wi].len()) as i64;
+            let degree = (self.adjacency[wi].len() + self.incoming.of(wi).len()) as i64;
             // Upper bound on w's gain: all its outside links would have to point at `home`.
             if gain_u + degree - 2 * self.internal[wi] <= 0 {
                 continue;
@@ -370,7 +398,7 @@ impl<'g> Refiner<'g> {
     fn move_vertex(&mut self, v: VertexId, to: u32) {
         let vi = v as usize;
         let from = self.page_of[vi];
-        for &y in self.adjacency[vi].iter().chain(&self.incoming[vi]) {
+        for &y in self.adjacency[vi].iter().chain(self.incoming.of(vi)) {
             let yi = y as usize;
             if yi == vi {
                 continue;
@@ -439,6 +467,15 @@ pub fn overlap_ratio(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reverse_adjacency_lists_sorted_in_neighbours() {
+        let adjacency = vec![vec![1, 2], vec![2], vec![0, 1], vec![], vec![2, 0]];
+        let incoming = reverse_adjacency(&adjacency);
+        let lists: Vec<&[VertexId]> = (0..5).map(|v| incoming.of(v)).collect();
+        assert_eq!(lists, [&[2, 4][..], &[0, 2], &[0, 1, 4], &[], &[]]);
+        assert_eq!(incoming.offsets, [0, 2, 4, 7, 7, 7]);
+    }
     use rand::seq::SliceRandom;
     use rand::SeedableRng;
     use rand_chacha::ChaCha8Rng;

@@ -3,11 +3,13 @@
 //! The estimate (bytes) is built from:
 //!
 //! * **vectors**: `n * dim * 4`, the full vectors the build reads (held by the caller);
-//! * **adjacency**: per vertex, one `Mutex<Vec<u32>>` (32 bytes) plus a list allocated
-//!   once for `ceil(1.3 R)` ids (the back-edge slack, see `vamana`) plus
-//!   [`ALLOC_OVERHEAD`] for the allocator's header; plus the finished `Vec<Vec<u32>>`'s
-//!   24-byte headers, which exist beside the mutex array while the result is assembled;
-//!   plus the 4-byte insertion order;
+//! * **adjacency**: the build's flat list array, `ceil(1.3 R)` ids per vertex (the
+//!   back-edge slack, see `vamana`), a 2-byte count per vertex and the 4-byte insertion
+//!   order, plus [`LOCK_STRIPES`] locks;
+//! * **graph**: the finished lists, a 24-byte `Vec` header and at most R ids plus
+//!   [`ALLOC_OVERHEAD`] per vertex. They are copied out of the flat array a sixteenth at
+//!   a time while the array shrinks behind them: with `F` bytes of flat array and `G` of
+//!   finished lists per vertex, the copy holds at most `n max(F, G) + n F / 16`;
 //! * **pq_codes**: `n * pq_bytes`, the compressed vectors the index keeps beside the graph;
 //! * **entrance**: the 1% entrance sample's vectors, lists and id maps;
 //! * **scratch**, per thread: the visited bitmap with its touched-word list
@@ -19,19 +21,20 @@
 //!   larger of this and the graph's parts (adjacency, entrance, scratch). At 784-d the
 //!   sample (100 MB) outweighs the graph (25 MB for 60K vertices at R = 64);
 //! * **placement**: page placement runs after the build, beside the finished graph, and
-//!   holds every vertex's incoming list (a `Vec` each, whose doubling growth can reach
-//!   twice the in-degree, and in-degrees sum to at most `n R`) plus per-vertex page and
-//!   slot arrays. On 100K MiniLM vectors at R = 64 this phase set the peak (238 MB), above
-//!   an estimate that had left it out (204 MB).
+//!   holds every vertex's incoming ids in one CSR array (an 8-byte offset per vertex, and
+//!   in-degrees sum to at most `n R`) plus 16 bytes of per-vertex page and slot arrays.
+//!   Until commit 0b2724b it kept a `Vec` per vertex, whose doubling growth reached twice
+//!   the in-degree; on 390K GloVe-50 vectors that phase set the peak.
 //!
 //! Phases free their working memory before the next starts, so the peak is the vectors
 //! and codes plus the largest of: PQ training; adjacency + entrance + scratch (the graph
-//! build); adjacency + placement.
+//! build); the copy into the finished graph; graph + placement (the entrance graph is
+//! built after placement, beside the graph, and is smaller).
 //!
 //! The test `estimate_covers_what_a_build_allocates` in this module builds graphs and
 //! checks the estimate against the capacities of the structures actually allocated.
 
-use super::vamana::{slack_degree, MAX_THREADS};
+use super::vamana::{slack_degree, LOCK_STRIPES, MAX_THREADS};
 use crate::pq::DEFAULT_TRAINING_SAMPLE;
 use crate::VertexId;
 
@@ -50,6 +53,9 @@ pub struct BuildMemory {
     pub entrance: u64,
     pub scratch: u64,
     pub pq_training: u64,
+    pub graph: u64,
+    /// What the copy into the finished graph adds to the adjacency at its peak.
+    pub graph_copy: u64,
     pub placement: u64,
 }
 
@@ -57,8 +63,10 @@ impl BuildMemory {
     /// The peak over the build's phases (see the module comment).
     pub fn total(&self) -> u64 {
         let graph_build = self.adjacency + self.entrance + self.scratch;
-        let placement = self.adjacency + self.placement;
-        self.vectors + self.pq_codes + graph_build.max(placement).max(self.pq_training)
+        let copy_out = self.adjacency + self.graph_copy;
+        let placement = self.graph + self.placement.max(self.entrance);
+        let phases = [self.pq_training, graph_build, copy_out, placement];
+        self.vectors + self.pq_codes + phases.into_iter().max().unwrap_or(0)
     }
 }
 
@@ -83,14 +91,20 @@ pub fn estimate_build_memory_detailed(
 ) -> BuildMemory {
     let n64 = n as u64;
     let threads = threads.clamp(1, n.max(1)) as u64;
+    let flat = n64 * flat_list_bytes(max_degree);
+    let graph = n64 * finished_list_bytes(max_degree);
     BuildMemory {
         vectors: n64 * dim as u64 * 4,
-        adjacency: n64 * adjacency_bytes_per_vertex(max_degree),
+        adjacency: n64 * adjacency_bytes_per_vertex(max_degree)
+            + LOCK_STRIPES.min(n) as u64 * std::mem::size_of::<std::sync::Mutex<()>>() as u64,
+        graph,
+        graph_copy: graph.saturating_sub(flat) + flat.div_ceil(16),
         pq_codes: n64 * pq_bytes as u64,
         entrance: entrance_bytes(n, dim),
         scratch: threads * (visited_bytes(n) + per_thread_buffers(build_list, max_degree)),
         pq_training: pq_training_bytes(n, dim, threads),
-        placement: n64 * placement_bytes_per_vertex(max_degree),
+        // The CSR offsets have one entry more than there are vertices.
+        placement: n64 * placement_bytes_per_vertex(max_degree) + 8 * u64::from(n > 0),
     }
 }
 
@@ -101,19 +115,25 @@ fn pq_training_bytes(n: usize, dim: usize, threads: u64) -> u64 {
     rows * dim as u64 * 4 + threads * rows * 8
 }
 
-/// An incoming-list header and allocation with room for twice the mean in-degree bound
-/// (R), plus 16 bytes of page, slot and page-cell arrays.
+/// A CSR offset and at most R incoming ids (in-degrees sum to the out-degrees, at most
+/// `n R`), plus 16 bytes of page, slot and page-cell arrays.
 fn placement_bytes_per_vertex(max_degree: usize) -> u64 {
-    let header = std::mem::size_of::<Vec<VertexId>>() as u64;
-    header + ALLOC_OVERHEAD + 2 * max_degree as u64 * 4 + 16
+    8 + max_degree as u64 * 4 + 16
 }
 
+/// The flat array's slots for one vertex: the back-edge slack.
+fn flat_list_bytes(max_degree: usize) -> u64 {
+    slack_degree(max_degree) as u64 * 4
+}
+
+/// A finished exact-length list of at most R ids.
+fn finished_list_bytes(max_degree: usize) -> u64 {
+    std::mem::size_of::<Vec<VertexId>>() as u64 + max_degree as u64 * 4 + ALLOC_OVERHEAD
+}
+
+/// Flat slots, a 2-byte count and the 4-byte insertion order.
 fn adjacency_bytes_per_vertex(max_degree: usize) -> u64 {
-    let lock = std::mem::size_of::<std::sync::Mutex<Vec<VertexId>>>() as u64;
-    let list = slack_degree(max_degree) as u64 * 4 + ALLOC_OVERHEAD;
-    let result_header = std::mem::size_of::<Vec<VertexId>>() as u64;
-    let order = 4;
-    lock + list + result_header + order
+    flat_list_bytes(max_degree) + 2 + 4
 }
 
 /// Visited bitmap (8 bytes per 64 vertices) and its list of touched words (4 bytes each).
@@ -140,8 +160,14 @@ fn entrance_bytes(n: usize, dim: usize) -> u64 {
     let sampled = (n as f64 * ENTRANCE_RATIO).ceil() as u64;
     // Vector, list with slack, global id, and a hash-map entry (id pair plus control byte,
     // at a load factor of 7/8).
-    let per = dim as u64 * 4 + adjacency_bytes_per_vertex(ENTRANCE_DEGREE) + 4 + 10;
-    sampled * per + visited_bytes(sampled as usize) + per_thread_buffers(64, ENTRANCE_DEGREE)
+    // Flat lists and finished lists both, as the copy between them is bounded by their sum.
+    let graph = adjacency_bytes_per_vertex(ENTRANCE_DEGREE) + finished_list_bytes(ENTRANCE_DEGREE);
+    let per = dim as u64 * 4 + graph + 4 + 10;
+    let locks = LOCK_STRIPES.min(sampled as usize) as u64 * 8;
+    sampled * per
+        + locks
+        + visited_bytes(sampled as usize)
+        + per_thread_buffers(64, ENTRANCE_DEGREE)
 }
 
 /// Ok when `estimate` fits in `budget` bytes; otherwise a message saying how much is needed
@@ -190,25 +216,22 @@ mod tests {
 
     #[test]
     fn components_follow_the_formula() {
-        let m = estimate_build_memory_detailed(1000, 128, 32, 16, 64, 2);
-        assert_eq!(m.vectors, 1000 * 128 * 4);
+        let m = estimate_build_memory_detailed(1000, 16, 32, 16, 64, 2);
+        assert_eq!(m.vectors, 1000 * 16 * 4);
         assert_eq!(m.pq_codes, 16_000);
-        let lock = std::mem::size_of::<std::sync::Mutex<Vec<VertexId>>>() as u64;
-        assert_eq!(
-            m.adjacency,
-            1000 * (lock + 42 * 4 + ALLOC_OVERHEAD + 24 + 4)
-        );
+        let lock = std::mem::size_of::<std::sync::Mutex<()>>() as u64;
+        assert_eq!(m.adjacency, 1000 * (42 * 4 + 2 + 4) + 1000 * lock);
+        assert_eq!(m.graph, 1000 * (24 + 32 * 4 + ALLOC_OVERHEAD));
+        assert_eq!(m.graph_copy, (1000 * 42 * 4_u64).div_ceil(16));
         assert_eq!(m.scratch, 2 * (16 * 12 + per_thread_buffers(64, 32)));
-        assert_eq!(m.pq_training, 1000 * 128 * 4 + 2 * 1000 * 8);
-        assert_eq!(m.placement, 1000 * (24 + ALLOC_OVERHEAD + 2 * 32 * 4 + 16));
-        // Here the placement phase beside the finished graph is the largest; only one
+        assert_eq!(m.pq_training, 1000 * 16 * 4 + 2 * 1000 * 8);
+        assert_eq!(m.placement, 1000 * (8 + 32 * 4 + 16) + 8);
+        // At 16-d the placement phase beside the finished graph is the largest; only one
         // phase's working memory is held at a time.
-        assert!(m.placement > m.entrance + m.scratch);
-        assert!(m.adjacency + m.placement > m.pq_training);
-        assert_eq!(
-            m.total(),
-            m.vectors + m.pq_codes + m.adjacency + m.placement
-        );
+        assert!(m.graph + m.placement > m.adjacency + m.entrance + m.scratch);
+        assert!(m.graph + m.placement > m.adjacency + m.graph_copy);
+        assert!(m.graph + m.placement > m.pq_training);
+        assert_eq!(m.total(), m.vectors + m.pq_codes + m.graph + m.placement);
         // At 784-d the training sample (all 1000 rows) outweighs the graph parts.
         let wide = estimate_build_memory_detailed(1000, 784, 32, 16, 64, 2);
         assert_eq!(
@@ -248,19 +271,15 @@ mod tests {
                 build_vamana_with_stats(&data, dim, Metric::L2, &params, &BuildControl::none())
                     .unwrap();
             let est = estimate_build_memory_detailed(n, dim, r, 0, l, threads);
-            let result_headers = graph.adjacency.capacity() * std::mem::size_of::<Vec<VertexId>>();
-            let actual_adjacency = stats.adjacency_bytes + stats.order_bytes + result_headers;
-            assert!(
-                actual_adjacency as u64 <= est.adjacency,
-                "{actual_adjacency} > {}",
-                est.adjacency
-            );
+            let actual_adjacency = stats.adjacency_bytes + stats.order_bytes;
+            assert_eq!(actual_adjacency as u64, est.adjacency);
+            let headers = graph.adjacency.capacity() * std::mem::size_of::<Vec<VertexId>>();
+            let lists: usize = graph.adjacency.iter().map(|l| l.capacity() * 4).sum();
+            assert_eq!(graph.adjacency.capacity(), n, "no spare headers");
+            assert!(graph.adjacency.iter().all(|l| l.capacity() == l.len()));
             // Allocator headers are the only part of the estimate not measured here.
-            let slop = n as u64 * ALLOC_OVERHEAD;
-            assert!(
-                est.adjacency - actual_adjacency as u64 <= slop,
-                "estimate too loose"
-            );
+            let actual_graph = (headers + lists) as u64 + n as u64 * ALLOC_OVERHEAD;
+            assert!(actual_graph <= est.graph, "{actual_graph} > {}", est.graph);
             assert!(
                 stats.scratch_bytes as u64 <= est.scratch,
                 "{} > {}",

@@ -38,7 +38,7 @@
 //! With `threads = 1` the build is deterministic for a given seed.
 
 use std::fmt;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use rand::seq::SliceRandom;
@@ -63,6 +63,9 @@ pub const SLACK: f64 = 1.3;
 /// Vertices per thread between two progress/cancellation polls. At a few hundred
 /// microseconds per vertex this keeps a poll well under a second apart.
 const CHUNK_PER_THREAD: usize = 256;
+/// Locks guarding the neighbour lists; vertex v uses `v % LOCK_STRIPES`. A thread holds
+/// at most one, so two vertices sharing a stripe only ever cost a little contention.
+pub const LOCK_STRIPES: usize = 4096;
 
 /// Build parameters.
 #[derive(Clone, Debug, PartialEq)]
@@ -185,7 +188,7 @@ impl<'a> BuildControl<'a> {
 /// What the build allocated, for checking the memory estimate.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct BuildStats {
-    /// Locked neighbour lists: the mutex array plus every list's heap capacity.
+    /// Neighbour lists: the flat id array, the per-vertex counts and the lock stripes.
     pub adjacency_bytes: usize,
     /// Heap held by all per-thread scratch at the end of the build.
     pub scratch_bytes: usize,
@@ -324,7 +327,14 @@ impl WorkerScratch {
     }
 }
 
-/// Shared state of a build: the vectors and the locked neighbour lists.
+/// Shared state of a build: the vectors and the neighbour lists.
+///
+/// The lists live in one flat array with `slack_degree` slots per vertex and a count
+/// each, rather than a `Mutex<Vec>` per vertex: at 50 dimensions the per-vertex mutex,
+/// `Vec` header and allocator header added 76 bytes to each 336-byte list and the lists
+/// outweighed the vectors. Ids and counts are atomics only so that they can be written
+/// through a shared reference; every access happens under the vertex's stripe lock, which
+/// orders it, so relaxed loads and stores suffice.
 struct Builder<'a> {
     data: &'a [f32],
     dim: usize,
@@ -334,7 +344,9 @@ struct Builder<'a> {
     slack_degree: usize,
     build_list: usize,
     medoid: VertexId,
-    lists: Vec<Mutex<Vec<VertexId>>>,
+    ids: Vec<AtomicU32>,
+    counts: Vec<AtomicU16>,
+    stripes: Vec<Mutex<()>>,
 }
 
 impl<'a> Builder<'a> {
@@ -347,10 +359,6 @@ impl<'a> Builder<'a> {
     ) -> Builder<'a> {
         let n = data.len() / dim;
         let slack = params.slack_degree();
-        // Every list is allocated once with room for the slack degree and never reallocates.
-        let lists = (0..n)
-            .map(|_| Mutex::new(Vec::with_capacity(slack)))
-            .collect();
         Builder {
             data,
             dim,
@@ -360,7 +368,9 @@ impl<'a> Builder<'a> {
             slack_degree: slack,
             build_list: params.build_list,
             medoid,
-            lists,
+            ids: (0..n * slack).map(|_| AtomicU32::new(0)).collect(),
+            counts: (0..n).map(|_| AtomicU16::new(0)).collect(),
+            stripes: (0..LOCK_STRIPES.min(n)).map(|_| Mutex::new(())).collect(),
         }
     }
 
@@ -379,19 +389,41 @@ impl<'a> Builder<'a> {
             .search_distance(self.vector(a), self.vector(b))
     }
 
-    fn lock(&self, v: VertexId) -> MutexGuard<'_, Vec<VertexId>> {
-        // A panic elsewhere cannot leave a list half-written (every update is a clear plus
-        // extend under the lock), so a poisoned lock is still usable.
-        self.lists[v as usize]
+    fn lock(&self, v: VertexId) -> MutexGuard<'_, ()> {
+        // A panic elsewhere cannot leave a list half-written in a way later readers
+        // misread (the count is stored after the ids), so a poisoned lock is still usable.
+        self.stripes[v as usize % self.stripes.len()]
             .lock()
             .unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Overwrites v's list in place, keeping its allocation (capacity = slack degree).
+    fn slots(&self, v: VertexId) -> &[AtomicU32] {
+        &self.ids[v as usize * self.slack_degree..][..self.slack_degree]
+    }
+
+    fn count(&self, v: VertexId) -> usize {
+        self.counts[v as usize].load(Ordering::Relaxed) as usize
+    }
+
+    /// Appends v's list to `out`; the caller holds v's stripe lock.
+    fn read_locked(&self, v: VertexId, out: &mut Vec<VertexId>) {
+        let slots = &self.slots(v)[..self.count(v)];
+        out.extend(slots.iter().map(|id| id.load(Ordering::Relaxed)));
+    }
+
+    /// Appends v's list to `out`.
+    fn read_list(&self, v: VertexId, out: &mut Vec<VertexId>) {
+        let _guard = self.lock(v);
+        self.read_locked(v, out);
+    }
+
+    /// Overwrites v's list; `new` holds at most the slack degree ids.
     fn set_list(&self, v: VertexId, new: &[VertexId]) {
-        let mut list = self.lock(v);
-        list.clear();
-        list.extend_from_slice(new);
+        let _guard = self.lock(v);
+        for (slot, &id) in self.slots(v).iter().zip(new) {
+            slot.store(id, Ordering::Relaxed);
+        }
+        self.counts[v as usize].store(new.len() as u16, Ordering::Relaxed);
     }
 
     /// One Vamana step for `p`: search, prune, link, back edges.
@@ -401,7 +433,7 @@ impl<'a> Builder<'a> {
             &[self.medoid],
             self.build_list,
             &mut s.search,
-            |v, out| out.extend_from_slice(&self.lock(v)),
+            |v, out| self.read_list(v, out),
             |v| self.prefetch_vector(v),
             |v| self.metric.search_distance(query, self.vector(v)),
         );
@@ -411,7 +443,7 @@ impl<'a> Builder<'a> {
         s.pool
             .extend(explored.map(|&(c, d)| (c, if reuse { d } else { self.dist(p, c) })));
         s.list.clear();
-        s.list.extend_from_slice(&self.lock(p));
+        self.read_list(p, &mut s.list);
         for &u in &s.list {
             s.pool.push((u, self.dist(p, u)));
         }
@@ -425,16 +457,22 @@ impl<'a> Builder<'a> {
     /// Adds `j -> p`, pruning j's list back to R when it is at the slack limit.
     fn add_back_edge(&self, j: VertexId, p: VertexId, alpha: f32, s: &mut WorkerScratch) {
         {
-            let mut list = self.lock(j);
-            if list.contains(&p) {
+            let _guard = self.lock(j);
+            let len = self.count(j);
+            let slots = self.slots(j);
+            if slots[..len]
+                .iter()
+                .any(|id| id.load(Ordering::Relaxed) == p)
+            {
                 return;
             }
-            if list.len() < self.slack_degree {
-                list.push(p);
+            if len < self.slack_degree {
+                slots[len].store(p, Ordering::Relaxed);
+                self.counts[j as usize].store(len as u16 + 1, Ordering::Relaxed);
                 return;
             }
             s.list.clear();
-            s.list.extend_from_slice(&list);
+            self.read_locked(j, &mut s.list);
         }
         s.list.push(p);
         self.prune_list_of(j, alpha, s);
@@ -443,12 +481,12 @@ impl<'a> Builder<'a> {
     /// Cleanup after the passes: prunes a list that back edges left above R.
     fn shrink_to_degree(&self, v: VertexId, alpha: f32, s: &mut WorkerScratch) {
         {
-            let list = self.lock(v);
-            if list.len() <= self.max_degree {
+            let _guard = self.lock(v);
+            if self.count(v) <= self.max_degree {
                 return;
             }
             s.list.clear();
-            s.list.extend_from_slice(&list);
+            self.read_locked(v, &mut s.list);
         }
         self.prune_list_of(v, alpha, s);
     }
@@ -465,33 +503,37 @@ impl<'a> Builder<'a> {
     }
 
     fn heap_bytes(&self) -> usize {
-        let per_lock = std::mem::size_of::<Mutex<Vec<VertexId>>>();
-        self.lists.capacity() * per_lock
-            + self
-                .lists
-                .iter()
-                .map(|l| self.lock_capacity(l))
-                .sum::<usize>()
+        std::mem::size_of_val(self.ids.as_slice())
+            + std::mem::size_of_val(self.counts.as_slice())
+            + std::mem::size_of_val(self.stripes.as_slice())
     }
 
-    fn lock_capacity(&self, l: &Mutex<Vec<VertexId>>) -> usize {
-        l.lock()
-            .map_or(0, |g| g.capacity() * std::mem::size_of::<VertexId>())
-    }
-
+    /// The finished lists as exact-length `Vec`s. They are copied out from the last vertex
+    /// down while the flat array is truncated and shrunk behind them, so the copy never
+    /// holds both whole structures (a large array is its own mapping, which shrinking
+    /// returns to the system in place).
     fn into_graph(self) -> Graph {
-        // An explicit allocation rather than `collect`, which may reuse the mutex array's
-        // buffer with a capacity that no longer matches the element count.
-        let mut adjacency = Vec::with_capacity(self.lists.len());
-        adjacency.extend(
-            self.lists
-                .into_iter()
-                .map(|m| m.into_inner().unwrap_or_else(|e| e.into_inner())),
-        );
-        Graph {
-            adjacency,
-            medoid: self.medoid,
+        let Builder {
+            ids,
+            counts,
+            slack_degree,
+            medoid,
+            ..
+        } = self;
+        let n = counts.len();
+        let mut ids: Vec<u32> = ids.into_iter().map(AtomicU32::into_inner).collect();
+        let step = n.div_ceil(16).max(1);
+        let mut adjacency = Vec::with_capacity(n);
+        for v in (0..n).rev() {
+            let len = counts[v].load(Ordering::Relaxed) as usize;
+            adjacency.push(ids[v * slack_degree..][..len].to_vec());
+            if v % step == 0 {
+                ids.truncate(v * slack_degree);
+                ids.shrink_to_fit();
+            }
         }
+        adjacency.reverse();
+        Graph { adjacency, medoid }
     }
 }
 
