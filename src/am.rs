@@ -73,7 +73,9 @@ CREATE OPERATOR CLASS navis_cosine_ops FOR TYPE real[] USING navis AS
 
 /// Name of the SQL operator of a navis opclass, mapped to the engine's metric.
 fn metric_of_operator(name: &str) -> Option<Metric> {
-    [Metric::L2, Metric::InnerProduct, Metric::Cosine].into_iter().find(|m| m.operator() == name)
+    [Metric::L2, Metric::InnerProduct, Metric::Cosine]
+        .into_iter()
+        .find(|m| m.operator() == name)
 }
 
 /// The metric an index orders by, from the ORDER BY operator of its opclass.
@@ -84,16 +86,26 @@ pub fn index_metric(index: pg_sys::Relation) -> Metric {
         let family = *(*index).rd_opfamily;
         let input_type = *(*index).rd_opcintype;
         let op = pg_sys::get_opfamily_member(family, input_type, input_type, 1);
-        let name = if op == pg_sys::InvalidOid { std::ptr::null_mut() } else { pg_sys::get_opname(op) };
-        if name.is_null() { None } else { Some(CStr::from_ptr(name).to_string_lossy().into_owned()) }
+        let name = if op == pg_sys::InvalidOid {
+            std::ptr::null_mut()
+        } else {
+            pg_sys::get_opname(op)
+        };
+        if name.is_null() {
+            None
+        } else {
+            Some(CStr::from_ptr(name).to_string_lossy().into_owned())
+        }
     };
-    name.as_deref().and_then(metric_of_operator).unwrap_or_else(|| {
-        raise(
-            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-            "navis operator class has no supported ORDER BY operator".into(),
-            Some("Use navis_l2_ops (<->), navis_ip_ops (<#>) or navis_cosine_ops (<=>)."),
-        )
-    })
+    name.as_deref()
+        .and_then(metric_of_operator)
+        .unwrap_or_else(|| {
+            raise(
+                PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+                "navis operator class has no supported ORDER BY operator".into(),
+                Some("Use navis_l2_ops (<->), navis_ip_ops (<#>) or navis_cosine_ops (<=>)."),
+            )
+        })
 }
 
 fn not_implemented(what: &str) -> ! {
@@ -154,7 +166,10 @@ fn vacuum_stats(
     // SAFETY: a zeroed result in the current memory context; `info->index` is open.
     unsafe {
         let mut s = PgBox::<pg_sys::IndexBulkDeleteResult>::alloc0();
-        s.num_pages = pg_sys::RelationGetNumberOfBlocksInFork((*info).index, pg_sys::ForkNumber::MAIN_FORKNUM);
+        s.num_pages = pg_sys::RelationGetNumberOfBlocksInFork(
+            (*info).index,
+            pg_sys::ForkNumber::MAIN_FORKNUM,
+        );
         s.estimated_count = true; // leaves pg_class.reltuples of the index alone
         s.into_pg()
     }
@@ -174,4 +189,3 @@ unsafe extern "C-unwind" fn amvalidate(opclass: pg_sys::Oid) -> bool {
     let counts = Spi::get_two_with_args::<i64, i64>(query, &[opclass.into()]);
     matches!(counts, Ok((Some(1), Some(1))))
 }
-

@@ -12,8 +12,8 @@
 use crate::datum::VectorInput;
 use crate::errors::raise;
 use crate::options::BuildOptions;
-use crate::sidefiles::{self, BuildFile};
 use crate::shmem;
+use crate::sidefiles::{self, BuildFile};
 use navis_engine::index::{build_index, BuildPhase, IndexError, IndexParams};
 use navis_engine::storage::HeapTid;
 use navis_engine::Metric;
@@ -145,7 +145,10 @@ unsafe extern "C-unwind" fn build_callback(
             Some("Raise maintenance_work_mem for this session (SET maintenance_work_mem = '2GB') and run CREATE INDEX again."),
         );
     }
-    progress(pg_sys::PROGRESS_CREATEIDX_TUPLES_DONE, state.tids.len() as i64);
+    progress(
+        pg_sys::PROGRESS_CREATEIDX_TUPLES_DONE,
+        state.tids.len() as i64,
+    );
 }
 
 /// Validates one row's values; returns true to keep it.
@@ -196,8 +199,12 @@ pub unsafe extern "C-unwind" fn ambuild(
     let metric = index_metric(index);
     let options = BuildOptions::of_index(index);
     // SAFETY: reading integer GUC globals.
-    let (budget_kb, workers) =
-        unsafe { (pg_sys::maintenance_work_mem as u64, pg_sys::max_parallel_maintenance_workers) };
+    let (budget_kb, workers) = unsafe {
+        (
+            pg_sys::maintenance_work_mem as u64,
+            pg_sys::max_parallel_maintenance_workers,
+        )
+    };
     let budget = budget_kb * 1024;
 
     let removed = sidefiles::sweep();
@@ -260,7 +267,14 @@ pub unsafe extern "C-unwind" fn ambuild(
         progress(pg_sys::PROGRESS_CREATEIDX_TUPLES_DONE, done as i64);
     };
     let cancel = interrupt_pending;
-    let result = build_index(&tmp, &scan.vectors, &scan.tids, &params, &on_progress, &cancel);
+    let result = build_index(
+        &tmp,
+        &scan.vectors,
+        &scan.tids,
+        &params,
+        &on_progress,
+        &cancel,
+    );
     drop(std::mem::take(&mut scan.vectors));
     let report = match result {
         Ok(r) => r,
@@ -270,7 +284,11 @@ pub unsafe extern "C-unwind" fn ambuild(
             build_failed(e);
         }
     };
-    let build_file = BuildFile { build_id, index_oid: index_oid.to_u32(), relfilenode };
+    let build_file = BuildFile {
+        build_id,
+        index_oid: index_oid.to_u32(),
+        relfilenode,
+    };
     if let Err(e) = sidefiles::write_build_file(&tmp, &build_file) {
         io_error("write the build file in", &tmp, e);
     }
@@ -286,8 +304,18 @@ pub unsafe extern "C-unwind" fn ambuild(
     if let Some(parent) = final_dir.parent() {
         let _ = sidefiles::sync_dir(parent);
     }
-    let dir_name = final_dir.file_name().unwrap().to_string_lossy().into_owned();
-    let meta = sidefiles::new_metapage(build_id, report.dim as u32, metric.code(), n as u64, &dir_name);
+    let dir_name = final_dir
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    let meta = sidefiles::new_metapage(
+        build_id,
+        report.dim as u32,
+        metric.code(),
+        n as u64,
+        &dir_name,
+    );
     sidefiles::write_metapage(index, &meta);
 
     // Earlier side directories of this same index (REINDEX, TRUNCATE, VACUUM FULL, CLUSTER,

@@ -72,7 +72,10 @@ unsafe fn pgvector_as_vector<'a>(datum: pg_sys::Datum, what: &str) -> &'a [f32] 
     // SAFETY: `ptr` is a plain varlena (see above), so its 4-byte header gives its size.
     let total = unsafe { pgrx::varlena::varsize(ptr) };
     if total < PGVECTOR_HEADER {
-        bad(what, format!("it is {total} bytes long, shorter than its header"));
+        bad(
+            what,
+            format!("it is {total} bytes long, shorter than its header"),
+        );
     }
     let base = ptr as *const u8;
     // SAFETY: the value is at least PGVECTOR_HEADER bytes long; dim is the int16 after the
@@ -80,7 +83,10 @@ unsafe fn pgvector_as_vector<'a>(datum: pg_sys::Datum, what: &str) -> &'a [f32] 
     let dim = unsafe { std::ptr::read_unaligned(base.add(4) as *const i16) };
     let expected = PGVECTOR_HEADER + 4 * dim.max(0) as usize;
     if dim < 0 || expected != total {
-        bad(what, format!("its header says {dim} dimensions but it holds {total} bytes"));
+        bad(
+            what,
+            format!("its header says {dim} dimensions but it holds {total} bytes"),
+        );
     }
     // SAFETY: the value is longer than its header (checked above).
     let data = unsafe { base.add(PGVECTOR_HEADER) } as *const f32;

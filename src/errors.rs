@@ -49,7 +49,12 @@ pub fn raise_not_preloaded(feature: &str) -> ! {
 }
 
 /// Raises `ERROR` with a DETAIL line and an optional hint. Never returns.
-pub fn raise_detail(code: PgSqlErrorCode, message: String, detail: String, hint: Option<&str>) -> ! {
+pub fn raise_detail(
+    code: PgSqlErrorCode,
+    message: String,
+    detail: String,
+    hint: Option<&str>,
+) -> ! {
     let mut report = ErrorReport::new(code, message, "navis").set_detail(detail);
     if let Some(hint) = hint {
         report = report.set_hint(hint);

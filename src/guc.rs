@@ -29,28 +29,81 @@ pub static MAX_SCAN_TUPLES: GucSetting<i32> = GucSetting::<i32>::new(20_000);
 
 /// Registers every setting. Called once from `_PG_init`.
 pub fn register() {
-    int(c"navis.search_list", c"Size of the candidate list kept by a navis search (|E_search|).",
-        c"Larger values raise recall and cost. The NAVIS paper uses 40.", &SEARCH_LIST, 1, 10_000);
-    int(c"navis.insert_list", c"Size of the candidate list used by a navis insert to find its neighbours (|E_pos|).",
-        c"Larger values improve graph quality and slow inserts. The NAVIS paper uses 100.", &INSERT_LIST, 10, 10_000);
-    int(c"navis.beam_width", c"Edge pages read per traversal hop in navis searches and inserts.",
-        c"The NAVIS paper uses 4.", &BEAM_WIDTH, 1, 64);
-    int(c"navis.entry_points", c"Search list on the in-memory entrance graph, i.e. the number of entry points.",
-        c"The NAVIS paper uses 10.", &ENTRY_POINTS, 1, 1_000);
+    int(
+        c"navis.search_list",
+        c"Size of the candidate list kept by a navis search (|E_search|).",
+        c"Larger values raise recall and cost. The NAVIS paper uses 40.",
+        &SEARCH_LIST,
+        1,
+        10_000,
+    );
+    int(
+        c"navis.insert_list",
+        c"Size of the candidate list used by a navis insert to find its neighbours (|E_pos|).",
+        c"Larger values improve graph quality and slow inserts. The NAVIS paper uses 100.",
+        &INSERT_LIST,
+        10,
+        10_000,
+    );
+    int(
+        c"navis.beam_width",
+        c"Edge pages read per traversal hop in navis searches and inserts.",
+        c"The NAVIS paper uses 4.",
+        &BEAM_WIDTH,
+        1,
+        64,
+    );
+    int(
+        c"navis.entry_points",
+        c"Search list on the in-memory entrance graph, i.e. the number of entry points.",
+        c"The NAVIS paper uses 10.",
+        &ENTRY_POINTS,
+        1,
+        1_000,
+    );
     int(c"navis.rerank_top_k", c"K whose stability ends a convergence-aware rerank (CASR).",
         c"Reranking stops once the exact top-K has not changed for a calibrated number of loads. The NAVIS paper uses 10.",
         &RERANK_TOP_K, 1, 1_000);
-    real(c"navis.casr_percentile_search", c"Percentile of warm-up windows that sets the CASR window for searches.",
-        c"100 takes the largest window seen during warm-up (NAVIS default).", &CASR_PERCENTILE_SEARCH, 1.0, 100.0);
-    real(c"navis.casr_percentile_insert", c"Percentile of warm-up windows that sets the CASR window for inserts.",
-        c"NAVIS default 90.", &CASR_PERCENTILE_INSERT, 1.0, 100.0);
-    int(c"navis.casr_warmup", c"Reranks per path that load every candidate to calibrate the CASR window.",
-        c"NAVIS default 1000.", &CASR_WARMUP, 1, 1_000_000);
-    GucRegistry::define_bool_guc(c"navis.casr", c"Use convergence-aware speculative reranking (CASR).",
-        c"Off reranks every explored candidate; for ablation measurements.", &CASR_ENABLED,
-        GucContext::Userset, GucFlags::default());
-    int(c"navis.max_scan_tuples", c"Maximum rows a navis index scan returns when the executor keeps asking for more.",
-        c"Bounds the work of LIMIT above the search list and of selective filters.", &MAX_SCAN_TUPLES, 1, i32::MAX);
+    real(
+        c"navis.casr_percentile_search",
+        c"Percentile of warm-up windows that sets the CASR window for searches.",
+        c"100 takes the largest window seen during warm-up (NAVIS default).",
+        &CASR_PERCENTILE_SEARCH,
+        1.0,
+        100.0,
+    );
+    real(
+        c"navis.casr_percentile_insert",
+        c"Percentile of warm-up windows that sets the CASR window for inserts.",
+        c"NAVIS default 90.",
+        &CASR_PERCENTILE_INSERT,
+        1.0,
+        100.0,
+    );
+    int(
+        c"navis.casr_warmup",
+        c"Reranks per path that load every candidate to calibrate the CASR window.",
+        c"NAVIS default 1000.",
+        &CASR_WARMUP,
+        1,
+        1_000_000,
+    );
+    GucRegistry::define_bool_guc(
+        c"navis.casr",
+        c"Use convergence-aware speculative reranking (CASR).",
+        c"Off reranks every explored candidate; for ablation measurements.",
+        &CASR_ENABLED,
+        GucContext::Userset,
+        GucFlags::default(),
+    );
+    int(
+        c"navis.max_scan_tuples",
+        c"Maximum rows a navis index scan returns when the executor keeps asking for more.",
+        c"Bounds the work of LIMIT above the search list and of selective filters.",
+        &MAX_SCAN_TUPLES,
+        1,
+        i32::MAX,
+    );
     // Unknown navis.* names (typos such as navis.serch_list) become errors instead of
     // silently creating placeholder settings.
     // SAFETY: called from _PG_init with a NUL-terminated static string.
@@ -65,7 +118,16 @@ fn int(
     min: i32,
     max: i32,
 ) {
-    GucRegistry::define_int_guc(name, short, long, setting, min, max, GucContext::Userset, GucFlags::default());
+    GucRegistry::define_int_guc(
+        name,
+        short,
+        long,
+        setting,
+        min,
+        max,
+        GucContext::Userset,
+        GucFlags::default(),
+    );
 }
 
 fn real(
@@ -76,5 +138,14 @@ fn real(
     min: f64,
     max: f64,
 ) {
-    GucRegistry::define_float_guc(name, short, long, setting, min, max, GucContext::Userset, GucFlags::default());
+    GucRegistry::define_float_guc(
+        name,
+        short,
+        long,
+        setting,
+        min,
+        max,
+        GucContext::Userset,
+        GucFlags::default(),
+    );
 }

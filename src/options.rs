@@ -72,15 +72,51 @@ struct RealOption {
 }
 
 const INT_OPTIONS: [IntOption; 4] = [
-    IntOption { name: c"max_degree", desc: c"Maximum out-degree R of the navis graph", default: 96, min: 8, max: 256 },
-    IntOption { name: c"build_list", desc: c"Candidate list L used while building the graph", default: 128, min: 10, max: 2_000 },
-    IntOption { name: c"pq_bytes", desc: c"Bytes per product-quantization code (0 = choose from the dimension)", default: 0, min: 0, max: 2_048 },
-    IntOption { name: c"entrance_degree", desc: c"Maximum degree inside the in-memory entrance graph", default: 32, min: 4, max: 128 },
+    IntOption {
+        name: c"max_degree",
+        desc: c"Maximum out-degree R of the navis graph",
+        default: 96,
+        min: 8,
+        max: 256,
+    },
+    IntOption {
+        name: c"build_list",
+        desc: c"Candidate list L used while building the graph",
+        default: 128,
+        min: 10,
+        max: 2_000,
+    },
+    IntOption {
+        name: c"pq_bytes",
+        desc: c"Bytes per product-quantization code (0 = choose from the dimension)",
+        default: 0,
+        min: 0,
+        max: 2_048,
+    },
+    IntOption {
+        name: c"entrance_degree",
+        desc: c"Maximum degree inside the in-memory entrance graph",
+        default: 32,
+        min: 4,
+        max: 128,
+    },
 ];
 
 const REAL_OPTIONS: [RealOption; 2] = [
-    RealOption { name: c"alpha", desc: c"Pruning factor alpha of RobustPrune", default: 1.2, min: 1.0, max: 2.0 },
-    RealOption { name: c"entrance_ratio", desc: c"Share of vertices kept in the in-memory entrance graph", default: 0.01, min: 0.0001, max: 0.5 },
+    RealOption {
+        name: c"alpha",
+        desc: c"Pruning factor alpha of RobustPrune",
+        default: 1.2,
+        min: 1.0,
+        max: 2.0,
+    },
+    RealOption {
+        name: c"entrance_ratio",
+        desc: c"Share of vertices kept in the in-memory entrance graph",
+        default: 0.01,
+        min: 0.0001,
+        max: 0.5,
+    },
 ];
 
 /// The relopt kind PostgreSQL assigned to navis, set once in `_PG_init`.
@@ -95,10 +131,26 @@ pub fn register() {
         RELOPT_KIND.store(kind, Ordering::Relaxed);
         let lock = pg_sys::AccessExclusiveLock as pg_sys::LOCKMODE;
         for o in &INT_OPTIONS {
-            pg_sys::add_int_reloption(kind, o.name.as_ptr(), o.desc.as_ptr(), o.default, o.min, o.max, lock);
+            pg_sys::add_int_reloption(
+                kind,
+                o.name.as_ptr(),
+                o.desc.as_ptr(),
+                o.default,
+                o.min,
+                o.max,
+                lock,
+            );
         }
         for o in &REAL_OPTIONS {
-            pg_sys::add_real_reloption(kind, o.name.as_ptr(), o.desc.as_ptr(), o.default, o.min, o.max, lock);
+            pg_sys::add_real_reloption(
+                kind,
+                o.name.as_ptr(),
+                o.desc.as_ptr(),
+                o.default,
+                o.min,
+                o.max,
+                lock,
+            );
         }
     }
 }
@@ -111,18 +163,37 @@ fn parse_table() -> [pg_sys::relopt_parse_elt; 6] {
         offset: offset as i32,
     };
     [
-        elt(c"max_degree", INT, std::mem::offset_of!(RawOptions, max_degree)),
-        elt(c"build_list", INT, std::mem::offset_of!(RawOptions, build_list)),
+        elt(
+            c"max_degree",
+            INT,
+            std::mem::offset_of!(RawOptions, max_degree),
+        ),
+        elt(
+            c"build_list",
+            INT,
+            std::mem::offset_of!(RawOptions, build_list),
+        ),
         elt(c"pq_bytes", INT, std::mem::offset_of!(RawOptions, pq_bytes)),
-        elt(c"entrance_degree", INT, std::mem::offset_of!(RawOptions, entrance_degree)),
+        elt(
+            c"entrance_degree",
+            INT,
+            std::mem::offset_of!(RawOptions, entrance_degree),
+        ),
         elt(c"alpha", REAL, std::mem::offset_of!(RawOptions, alpha)),
-        elt(c"entrance_ratio", REAL, std::mem::offset_of!(RawOptions, entrance_ratio)),
+        elt(
+            c"entrance_ratio",
+            REAL,
+            std::mem::offset_of!(RawOptions, entrance_ratio),
+        ),
     ]
 }
 
 /// `amoptions`: parses and (when `validate`) range-checks the WITH (...) list.
 #[pg_guard]
-pub unsafe extern "C-unwind" fn amoptions(reloptions: pg_sys::Datum, validate: bool) -> *mut pg_sys::bytea {
+pub unsafe extern "C-unwind" fn amoptions(
+    reloptions: pg_sys::Datum,
+    validate: bool,
+) -> *mut pg_sys::bytea {
     let table = parse_table();
     // SAFETY: the parse table describes RawOptions exactly (offsets from offset_of!, types
     // matching the registered options), and build_reloptions allocates the struct itself.
@@ -173,7 +244,10 @@ impl BuildOptions {
         if self.pq_bytes as usize > dim {
             raise(
                 PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-                format!("pq_bytes ({}) cannot exceed the vector dimension ({dim})", self.pq_bytes),
+                format!(
+                    "pq_bytes ({}) cannot exceed the vector dimension ({dim})",
+                    self.pq_bytes
+                ),
                 Some("Use pq_bytes = 0 to choose automatically, or a value up to the dimension."),
             )
         }

@@ -106,7 +106,12 @@ unsafe extern "C-unwind" fn forget_types(_arg: pg_sys::Datum, _cache_id: i32, _h
 /// Whether `type_oid` is pgvector's `vector` type: a type named `vector` that is a member of
 /// the extension named `vector`. Answers are remembered per backend until pg_type changes.
 pub fn is_pgvector_type(type_oid: pg_sys::Oid) -> bool {
-    if let Some(known) = KNOWN.with(|k| k.borrow().iter().find(|(o, _)| *o == type_oid).map(|(_, b)| *b)) {
+    if let Some(known) = KNOWN.with(|k| {
+        k.borrow()
+            .iter()
+            .find(|(o, _)| *o == type_oid)
+            .map(|(_, b)| *b)
+    }) {
         return known;
     }
     if !CALLBACK_REGISTERED.with(|c| c.replace(true)) {
@@ -158,7 +163,10 @@ mod tests {
 
     #[pg_test]
     fn real_array_input_without_pgvector() {
-        assert_eq!(VectorInput::for_type(pg_sys::FLOAT4ARRAYOID), VectorInput::RealArray);
+        assert_eq!(
+            VectorInput::for_type(pg_sys::FLOAT4ARRAYOID),
+            VectorInput::RealArray
+        );
         assert!(!crate::pgvector::is_pgvector_type(pg_sys::INT4OID));
         assert!(!crate::pgvector::is_pgvector_type(pg_sys::FLOAT4ARRAYOID));
         // asked twice: the remembered answer is the same
@@ -168,7 +176,9 @@ mod tests {
     #[pg_test]
     fn a_user_type_named_vector_is_not_pgvector() {
         Spi::run("CREATE TYPE vector AS (x real)").unwrap();
-        let oid = Spi::get_one::<pg_sys::Oid>("SELECT 'vector'::regtype::oid").unwrap().unwrap();
+        let oid = Spi::get_one::<pg_sys::Oid>("SELECT 'vector'::regtype::oid")
+            .unwrap()
+            .unwrap();
         assert!(!crate::pgvector::is_pgvector_type(oid));
     }
 

@@ -64,11 +64,23 @@ pub fn open_index(index: pg_sys::Relation) -> Rc<OpenIndex> {
         missing(index, "the index has no navis metapage".into())
     };
     if meta.version != sidefiles::META_VERSION {
-        missing(index, format!("metapage format version {} is not {}", meta.version, sidefiles::META_VERSION));
+        missing(
+            index,
+            format!(
+                "metapage format version {} is not {}",
+                meta.version,
+                sidefiles::META_VERSION
+            ),
+        );
     }
     // SAFETY: an open relation's rd_node.
     let node = unsafe { (*index).rd_node };
-    let key = (node.spcNode.to_u32(), node.dbNode.to_u32(), node.relNode.to_u32(), meta.build_id);
+    let key = (
+        node.spcNode.to_u32(),
+        node.dbNode.to_u32(),
+        node.relNode.to_u32(),
+        meta.build_id,
+    );
     let dir = sidefiles::side_dir(index);
     let cal_key = calibrator_key();
     if let Some(hit) = CACHE.with(|c| c.borrow().get(&key).cloned()) {
@@ -83,19 +95,48 @@ pub fn open_index(index: pg_sys::Relation) -> Rc<OpenIndex> {
 }
 
 fn calibrator_key() -> (i32, u64) {
-    (guc::CASR_WARMUP.get(), guc::CASR_PERCENTILE_SEARCH.get().to_bits())
+    (
+        guc::CASR_WARMUP.get(),
+        guc::CASR_PERCENTILE_SEARCH.get().to_bits(),
+    )
 }
 
-fn reopen(index: pg_sys::Relation, key: (u32, u32, u32, u64), build_id: u64, dir: PathBuf, cal_key: (i32, u64)) -> Rc<OpenIndex> {
-    let meta_name = sidefiles::read_metapage(index).map(|m| m.dir_name()).unwrap_or_default();
+fn reopen(
+    index: pg_sys::Relation,
+    key: (u32, u32, u32, u64),
+    build_id: u64,
+    dir: PathBuf,
+    cal_key: (i32, u64),
+) -> Rc<OpenIndex> {
+    let meta_name = sidefiles::read_metapage(index)
+        .map(|m| m.dir_name())
+        .unwrap_or_default();
     if dir.file_name().map(|n| n.to_string_lossy().into_owned()) != Some(meta_name.clone()) {
-        missing(index, format!("the metapage names side directory \"{meta_name}\", expected \"{}\"", dir.display()));
+        missing(
+            index,
+            format!(
+                "the metapage names side directory \"{meta_name}\", expected \"{}\"",
+                dir.display()
+            ),
+        );
     }
     match sidefiles::read_build_file(&dir) {
-        None => missing(index, format!("\"{}\" has no readable {} file", dir.display(), sidefiles::BUILD_FILE)),
+        None => missing(
+            index,
+            format!(
+                "\"{}\" has no readable {} file",
+                dir.display(),
+                sidefiles::BUILD_FILE
+            ),
+        ),
         Some(b) if b.build_id != build_id => missing(
             index,
-            format!("\"{}\" holds build {:016x}, the metapage expects {:016x}", dir.display(), b.build_id, build_id),
+            format!(
+                "\"{}\" holds build {:016x}, the metapage expects {:016x}",
+                dir.display(),
+                b.build_id,
+                build_id
+            ),
         ),
         Some(_) => {}
     }
@@ -165,15 +206,21 @@ pub unsafe extern "C-unwind" fn ambeginscan(
     let scan = unsafe { pg_sys::RelationGetIndexScan(index, nkeys, norderbys) };
     // SAFETY: an open index relation has rd_opcintype[0].
     let input = VectorInput::for_type(unsafe { *(*index).rd_opcintype });
-    let state = ScanState { input, metric: crate::am::index_metric(index), running: None };
+    let state = ScanState {
+        input,
+        metric: crate::am::index_metric(index),
+        running: None,
+    };
     let ptr = PgMemoryContexts::CurrentMemoryContext.leak_and_drop_on_delete(state);
     // SAFETY: the descriptor is ours to fill; orderby arrays sized by norderbys.
     unsafe {
         (*scan).opaque = ptr as *mut std::ffi::c_void;
         if norderbys > 0 {
             (*scan).xs_orderbyvals =
-                pg_sys::palloc0(std::mem::size_of::<pg_sys::Datum>() * norderbys as usize) as *mut pg_sys::Datum;
-            (*scan).xs_orderbynulls = pg_sys::palloc(std::mem::size_of::<bool>() * norderbys as usize) as *mut bool;
+                pg_sys::palloc0(std::mem::size_of::<pg_sys::Datum>() * norderbys as usize)
+                    as *mut pg_sys::Datum;
+            (*scan).xs_orderbynulls =
+                pg_sys::palloc(std::mem::size_of::<bool>() * norderbys as usize) as *mut bool;
             for i in 0..norderbys as usize {
                 *(*scan).xs_orderbynulls.add(i) = true;
             }
@@ -221,7 +268,8 @@ pub unsafe extern "C-unwind" fn amrescan(
         return; // ORDER BY distance to NULL: no rows, as in pgvector
     }
     // SAFETY: a non-NULL argument of the opclass's input type.
-    let query: Vec<f32> = unsafe { state.input.as_vector(key.sk_argument, "query vector") }.to_vec();
+    let query: Vec<f32> =
+        unsafe { state.input.as_vector(key.sk_argument, "query vector") }.to_vec();
     if let Err(e) = navis_engine::validate(&query) {
         crate::errors::raise_vector_error(e);
     }
@@ -268,7 +316,11 @@ fn start(open: Rc<OpenIndex>, query: &[f32]) -> Running {
     }
     let reader = match open.index.reader() {
         Ok(r) => r,
-        Err(e) => raise(PgSqlErrorCode::ERRCODE_IO_ERROR, format!("navis could not open a reader: {e}"), None),
+        Err(e) => raise(
+            PgSqlErrorCode::ERRCODE_IO_ERROR,
+            format!("navis could not open a reader: {e}"),
+            None,
+        ),
     };
     // SAFETY: the reader borrows `open.index`, which lives in an Rc kept in the same
     // Running (heap address stable); Running drops the cursor, then the reader, then the Rc.
@@ -282,7 +334,11 @@ fn start(open: Rc<OpenIndex>, query: &[f32]) -> Running {
         Err(e) => {
             // SAFETY: no cursor borrowed the reader.
             drop(unsafe { Box::from_raw(reader) });
-            raise(PgSqlErrorCode::ERRCODE_DATA_EXCEPTION, format!("navis search: {e}"), None)
+            raise(
+                PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
+                format!("navis search: {e}"),
+                None,
+            )
         }
     };
     *open.scans.lock().unwrap() += 1;
@@ -313,7 +369,9 @@ pub unsafe extern "C-unwind" fn amgettuple(
 ) -> bool {
     let state = state_of(scan);
     let metric = state.metric;
-    let Some(run) = state.running.as_mut() else { return false };
+    let Some(run) = state.running.as_mut() else {
+        return false;
+    };
     if run.returned >= run.limit {
         return false;
     }
@@ -322,7 +380,11 @@ pub unsafe extern "C-unwind" fn amgettuple(
     let passes_before = cursor.passes();
     let hit = match cursor.next_hit() {
         Ok(h) => h,
-        Err(e) => raise(PgSqlErrorCode::ERRCODE_IO_ERROR, format!("navis search failed: {e}"), None),
+        Err(e) => raise(
+            PgSqlErrorCode::ERRCODE_IO_ERROR,
+            format!("navis search failed: {e}"),
+            None,
+        ),
     };
     if run.calibrating && passes_before == 0 && cursor.passes() > 0 {
         if let Some(w) = cursor.calibration_sample() {

@@ -125,7 +125,11 @@ impl NavisShared {
 #[pg_extern]
 fn navis_shared_memory() -> TableIterator<
     'static,
-    (name!(preloaded, bool), name!(layout_version, i32), name!(vertex_lock_stripes, i32)),
+    (
+        name!(preloaded, bool),
+        name!(layout_version, i32),
+        name!(vertex_lock_stripes, i32),
+    ),
 > {
     let row = match shared() {
         Some(s) => (true, s.layout_version as i32, s.lock_stripes as i32),

@@ -57,7 +57,11 @@ pub struct MetaPage {
 
 impl MetaPage {
     pub fn dir_name(&self) -> String {
-        let end = self.dir_name.iter().position(|&b| b == 0).unwrap_or(self.dir_name.len());
+        let end = self
+            .dir_name
+            .iter()
+            .position(|&b| b == 0)
+            .unwrap_or(self.dir_name.len());
         String::from_utf8_lossy(&self.dir_name[..end]).into_owned()
     }
 }
@@ -102,7 +106,8 @@ pub fn new_build_id() -> u64 {
     // SAFETY: pg_strong_random fills exactly 8 bytes of a local.
     let ok = unsafe { pg_sys::pg_strong_random(&mut id as *mut u64 as *mut std::ffi::c_void, 8) };
     if !ok || id == 0 {
-        id = std::process::id() as u64 ^ 0x9e37_79b9_7f4a_7c15
+        id = std::process::id() as u64
+            ^ 0x9e37_79b9_7f4a_7c15
             ^ std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(1, |d| d.as_nanos() as u64);
@@ -171,12 +176,14 @@ pub fn write_metapage(index: pg_sys::Relation, meta: &MetaPage) {
             );
         }
         let state = pg_sys::GenericXLogStart(index);
-        let page = pg_sys::GenericXLogRegisterBuffer(state, buf, pg_sys::GENERIC_XLOG_FULL_IMAGE as i32);
+        let page =
+            pg_sys::GenericXLogRegisterBuffer(state, buf, pg_sys::GENERIC_XLOG_FULL_IMAGE as i32);
         pg_sys::PageInit(page, pg_sys::BLCKSZ as usize, 0);
         let header = page as *mut pg_sys::PageHeaderData;
         let contents = (page as *mut u8).add(std::mem::size_of::<pg_sys::PageHeaderData>());
         std::ptr::write_unaligned(contents as *mut MetaPage, *meta);
-        (*header).pd_lower = (contents.add(std::mem::size_of::<MetaPage>()) as usize - page as usize) as u16;
+        (*header).pd_lower =
+            (contents.add(std::mem::size_of::<MetaPage>()) as usize - page as usize) as u16;
         pg_sys::GenericXLogFinish(state);
         pg_sys::UnlockReleaseBuffer(buf);
     }
@@ -186,7 +193,8 @@ pub fn write_metapage(index: pg_sys::Relation, meta: &MetaPage) {
 pub fn read_metapage(index: pg_sys::Relation) -> Option<MetaPage> {
     // SAFETY: reads block 0 under a share lock and copies the struct out before releasing.
     unsafe {
-        let blocks = pg_sys::RelationGetNumberOfBlocksInFork(index, pg_sys::ForkNumber::MAIN_FORKNUM);
+        let blocks =
+            pg_sys::RelationGetNumberOfBlocksInFork(index, pg_sys::ForkNumber::MAIN_FORKNUM);
         if blocks == 0 {
             return None;
         }
@@ -200,12 +208,26 @@ pub fn read_metapage(index: pg_sys::Relation) -> Option<MetaPage> {
     }
 }
 
-pub fn new_metapage(build_id: u64, dim: u32, metric: u32, vertices: u64, dir_name: &str) -> MetaPage {
+pub fn new_metapage(
+    build_id: u64,
+    dim: u32,
+    metric: u32,
+    vertices: u64,
+    dir_name: &str,
+) -> MetaPage {
     let mut name = [0u8; 64];
     let bytes = dir_name.as_bytes();
     assert!(bytes.len() < name.len(), "side directory name too long");
     name[..bytes.len()].copy_from_slice(bytes);
-    MetaPage { magic: META_MAGIC, version: META_VERSION, build_id, dim, metric, vertices, dir_name: name }
+    MetaPage {
+        magic: META_MAGIC,
+        version: META_VERSION,
+        build_id,
+        dim,
+        metric,
+        vertices,
+        dir_name: name,
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -307,7 +329,8 @@ unsafe extern "C-unwind" fn on_subxact(
             let created = PENDING.with(|p| {
                 let mut p = p.borrow_mut();
                 p.drops.retain(|(_, s)| *s != my_subid);
-                let (gone, keep): (Vec<_>, Vec<_>) = p.created.drain(..).partition(|(_, s)| *s == my_subid);
+                let (gone, keep): (Vec<_>, Vec<_>) =
+                    p.created.drain(..).partition(|(_, s)| *s == my_subid);
                 p.created = keep;
                 gone
             });
@@ -365,7 +388,8 @@ fn with_navis_index<R>(oid: pg_sys::Oid, f: impl FnOnce(pg_sys::Relation) -> R) 
         if rel.is_null() {
             return None;
         }
-        let is_navis = (*(*rel).rd_rel).relkind == pg_sys::RELKIND_INDEX as i8 && (*(*rel).rd_rel).relam == am;
+        let is_navis =
+            (*(*rel).rd_rel).relkind == pg_sys::RELKIND_INDEX as i8 && (*(*rel).rd_rel).relam == am;
         let r = if is_navis { Some(f(rel)) } else { None };
         pg_sys::RelationClose(rel);
         r
@@ -414,7 +438,16 @@ unsafe extern "C-unwind" fn on_process_utility(
     unsafe {
         match PREV_PROCESS_UTILITY {
             Some(prev) => prev(pstmt, query, read_only_tree, context, params, env, dest, qc),
-            None => pg_sys::standard_ProcessUtility(pstmt, query, read_only_tree, context, params, env, dest, qc),
+            None => pg_sys::standard_ProcessUtility(
+                pstmt,
+                query,
+                read_only_tree,
+                context,
+                params,
+                env,
+                dest,
+                qc,
+            ),
         }
     }
 }
@@ -442,7 +475,13 @@ unsafe fn refuse_set_tablespace(stmt: *mut pg_sys::Node) {
             if !sets_tablespace || navis_am_oid().is_none() {
                 return;
             }
-            let oid = pg_sys::RangeVarGetRelidExtended((*alter).relation, pg_sys::NoLock as i32, pg_sys::RVROption::RVR_MISSING_OK as u32, None, std::ptr::null_mut());
+            let oid = pg_sys::RangeVarGetRelidExtended(
+                (*alter).relation,
+                pg_sys::NoLock as i32,
+                pg_sys::RVROption::RVR_MISSING_OK as u32,
+                None,
+                std::ptr::null_mut(),
+            );
             if oid == pg_sys::InvalidOid {
                 return;
             }
@@ -470,7 +509,11 @@ unsafe fn refuse_set_tablespace(stmt: *mut pg_sys::Node) {
 
 pub fn relation_name(rel: pg_sys::Relation) -> String {
     // SAFETY: rd_rel->relname is a NUL-terminated NameData of an open relation.
-    unsafe { CStr::from_ptr((*(*rel).rd_rel).relname.data.as_ptr()).to_string_lossy().into_owned() }
+    unsafe {
+        CStr::from_ptr((*(*rel).rd_rel).relname.data.as_ptr())
+            .to_string_lossy()
+            .into_owned()
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -483,7 +526,11 @@ pub fn database_dirs() -> Vec<PathBuf> {
     // returns a palloc'd string.
     let db = unsafe { pg_sys::MyDatabaseId };
     let path = |spc: pg_sys::Oid| unsafe {
-        PathBuf::from(CStr::from_ptr(pg_sys::GetDatabasePath(db, spc)).to_string_lossy().into_owned())
+        PathBuf::from(
+            CStr::from_ptr(pg_sys::GetDatabasePath(db, spc))
+                .to_string_lossy()
+                .into_owned(),
+        )
     };
     let mut dirs = vec![path(pg_sys::Oid::from(pg_sys::DEFAULTTABLESPACE_OID))];
     if let Ok(entries) = fs::read_dir("pg_tblspc") {
@@ -509,13 +556,23 @@ pub struct Found {
 pub fn list_side_dirs() -> Vec<Found> {
     let mut out = Vec::new();
     for db in database_dirs() {
-        let Ok(entries) = fs::read_dir(&db) else { continue };
+        let Ok(entries) = fs::read_dir(&db) else {
+            continue;
+        };
         for e in entries.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
             if let Some((base, pid)) = name.split_once(TMP_INFIX) {
-                out.push(Found { path: e.path(), main_fork: db.join(base), tmp_pid: pid.parse().ok() });
+                out.push(Found {
+                    path: e.path(),
+                    main_fork: db.join(base),
+                    tmp_pid: pid.parse().ok(),
+                });
             } else if let Some(base) = name.strip_suffix(SUFFIX) {
-                out.push(Found { path: e.path(), main_fork: db.join(base), tmp_pid: None });
+                out.push(Found {
+                    path: e.path(),
+                    main_fork: db.join(base),
+                    tmp_pid: None,
+                });
             }
         }
     }
@@ -559,6 +616,11 @@ pub fn sweep() -> Vec<PathBuf> {
 /// Size in bytes of the files in a directory.
 pub fn dir_bytes(dir: &Path) -> u64 {
     fs::read_dir(dir)
-        .map(|es| es.flatten().filter_map(|e| e.metadata().ok()).map(|m| m.len()).sum())
+        .map(|es| {
+            es.flatten()
+                .filter_map(|e| e.metadata().ok())
+                .map(|m| m.len())
+                .sum()
+        })
         .unwrap_or(0)
 }

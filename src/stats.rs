@@ -15,7 +15,9 @@ fn with_index<R>(index: pg_sys::Oid, f: impl FnOnce(pg_sys::Relation) -> R) -> R
     unsafe {
         let rel = pg_sys::relation_open(index, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
         let am = pg_sys::get_am_oid(c"navis".as_ptr(), false);
-        if (*(*rel).rd_rel).relkind != pg_sys::RELKIND_INDEX as std::ffi::c_char || (*(*rel).rd_rel).relam != am {
+        if (*(*rel).rd_rel).relkind != pg_sys::RELKIND_INDEX as std::ffi::c_char
+            || (*(*rel).rd_rel).relam != am
+        {
             let name = sidefiles::relation_name(rel);
             pg_sys::relation_close(rel, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
             raise(
@@ -108,13 +110,23 @@ fn navis_index_stats(
 #[pg_extern(volatile, parallel_unsafe)]
 fn navis_side_directories() -> TableIterator<
     'static,
-    (name!(path, String), name!(temporary, bool), name!(orphan, bool), name!(bytes, i64)),
+    (
+        name!(path, String),
+        name!(temporary, bool),
+        name!(orphan, bool),
+        name!(bytes, i64),
+    ),
 > {
     let rows: Vec<_> = sidefiles::list_side_dirs()
         .into_iter()
         .map(|f| {
             let orphan = sidefiles::is_orphan(&f);
-            (f.path.display().to_string(), f.tmp_pid.is_some(), orphan, sidefiles::dir_bytes(&f.path) as i64)
+            (
+                f.path.display().to_string(),
+                f.tmp_pid.is_some(),
+                orphan,
+                sidefiles::dir_bytes(&f.path) as i64,
+            )
         })
         .collect();
     TableIterator::new(rows)

@@ -137,21 +137,33 @@ impl Kernels {
     /// Squared Euclidean distance. Panics if the lengths differ (callers validate first).
     #[inline]
     pub fn l2_squared(&self, a: &[f32], b: &[f32]) -> f32 {
-        assert_eq!(a.len(), b.len(), "distance between vectors of different lengths");
+        assert_eq!(
+            a.len(),
+            b.len(),
+            "distance between vectors of different lengths"
+        );
         (self.l2_squared)(a, b)
     }
 
     /// Inner product.
     #[inline]
     pub fn dot(&self, a: &[f32], b: &[f32]) -> f32 {
-        assert_eq!(a.len(), b.len(), "distance between vectors of different lengths");
+        assert_eq!(
+            a.len(),
+            b.len(),
+            "distance between vectors of different lengths"
+        );
         (self.dot)(a, b)
     }
 
     /// `(a·b, |a|², |b|²)` in one pass.
     #[inline]
     pub fn cosine_parts(&self, a: &[f32], b: &[f32]) -> (f32, f32, f32) {
-        assert_eq!(a.len(), b.len(), "distance between vectors of different lengths");
+        assert_eq!(
+            a.len(),
+            b.len(),
+            "distance between vectors of different lengths"
+        );
         (self.cosine_parts)(a, b)
     }
 
@@ -271,7 +283,10 @@ mod avx2 {
         // SAFETY (loads below): i + 16 <= n, resp. i + 8 <= n, so every load is in bounds.
         while i + 16 <= n {
             let d0 = _mm256_sub_ps(_mm256_loadu_ps(pa.add(i)), _mm256_loadu_ps(pb.add(i)));
-            let d1 = _mm256_sub_ps(_mm256_loadu_ps(pa.add(i + 8)), _mm256_loadu_ps(pb.add(i + 8)));
+            let d1 = _mm256_sub_ps(
+                _mm256_loadu_ps(pa.add(i + 8)),
+                _mm256_loadu_ps(pb.add(i + 8)),
+            );
             acc0 = _mm256_fmadd_ps(d0, d0, acc0);
             acc1 = _mm256_fmadd_ps(d1, d1, acc1);
             i += 16;
@@ -351,14 +366,18 @@ mod tests {
 
     /// Small deterministic generator so the test needs no dependencies.
     fn random_vectors(seed: u64, count: usize, dim: usize) -> Vec<Vec<f32>> {
-        let mut state = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let mut state = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         let mut next = move || {
             state ^= state << 13;
             state ^= state >> 7;
             state ^= state << 17;
             ((state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
         };
-        (0..count).map(|_| (0..dim).map(|_| next() * 10.0).collect()).collect()
+        (0..count)
+            .map(|_| (0..dim).map(|_| next() * 10.0).collect())
+            .collect()
     }
 
     fn close(a: f32, b: f32) -> bool {
@@ -369,8 +388,14 @@ mod tests {
     fn known_values() {
         let a = [1.0f32, 2.0, 3.0];
         let b = [4.0f32, 6.0, 8.0];
-        assert_eq!(Metric::L2.sql_distance(&a, &b), (9.0f64 + 16.0 + 25.0).sqrt());
-        assert_eq!(Metric::InnerProduct.sql_distance(&a, &b), -(4.0 + 12.0 + 24.0));
+        assert_eq!(
+            Metric::L2.sql_distance(&a, &b),
+            (9.0f64 + 16.0 + 25.0).sqrt()
+        );
+        assert_eq!(
+            Metric::InnerProduct.sql_distance(&a, &b),
+            -(4.0 + 12.0 + 24.0)
+        );
         let cos = 40.0 / (14.0f64 * 116.0).sqrt();
         assert!((Metric::Cosine.sql_distance(&a, &b) - (1.0 - cos)).abs() < 1e-7);
         // identical and opposite directions hit the clamp ends exactly
@@ -381,8 +406,12 @@ mod tests {
 
     #[test]
     fn cosine_with_zero_vector_is_nan_like_pgvector() {
-        assert!(Metric::Cosine.sql_distance(&[0.0, 0.0], &[1.0, 2.0]).is_nan());
-        assert!(Metric::Cosine.sql_distance(&[0.0, 0.0], &[0.0, 0.0]).is_nan());
+        assert!(Metric::Cosine
+            .sql_distance(&[0.0, 0.0], &[1.0, 2.0])
+            .is_nan());
+        assert!(Metric::Cosine
+            .sql_distance(&[0.0, 0.0], &[0.0, 0.0])
+            .is_nan());
     }
 
     #[test]
@@ -397,10 +426,16 @@ mod tests {
         for (seed, &dim) in dims.iter().enumerate() {
             let v = random_vectors(seed as u64 + 1, 2, dim);
             let (a, b) = (&v[0], &v[1]);
-            assert!(close(simd.l2_squared(a, b), scalar.l2_squared(a, b)), "l2 dim {dim}");
+            assert!(
+                close(simd.l2_squared(a, b), scalar.l2_squared(a, b)),
+                "l2 dim {dim}"
+            );
             assert!(close(simd.dot(a, b), scalar.dot(a, b)), "dot dim {dim}");
             let (s, r) = (simd.cosine_parts(a, b), scalar.cosine_parts(a, b));
-            assert!(close(s.0, r.0) && close(s.1, r.1) && close(s.2, r.2), "cos dim {dim}");
+            assert!(
+                close(s.0, r.0) && close(s.1, r.1) && close(s.2, r.2),
+                "cos dim {dim}"
+            );
         }
     }
 
@@ -411,7 +446,11 @@ mod tests {
             let v = random_vectors(seed, 2, dim);
             let (a, b) = (&v[0], &v[1]);
             let l2: f64 = a.iter().zip(b).map(|(x, y)| ((x - y) as f64).powi(2)).sum();
-            let dot: f64 = a.iter().zip(b).map(|(x, y)| (*x as f64) * (*y as f64)).sum();
+            let dot: f64 = a
+                .iter()
+                .zip(b)
+                .map(|(x, y)| (*x as f64) * (*y as f64))
+                .sum();
             assert!((k.l2_squared(a, b) as f64 - l2).abs() <= 1e-4 * l2.max(1.0));
             assert!((k.dot(a, b) as f64 - dot).abs() <= 1e-3 * dot.abs().max(1.0));
         }

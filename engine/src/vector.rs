@@ -25,7 +25,10 @@ impl fmt::Display for VectorError {
         match self {
             VectorError::Empty => write!(f, "vector must have at least 1 dimension"),
             VectorError::TooManyDimensions { dim } => {
-                write!(f, "vector has {dim} dimensions; navis supports at most {MAX_DIM}")
+                write!(
+                    f,
+                    "vector has {dim} dimensions; navis supports at most {MAX_DIM}"
+                )
             }
             VectorError::NotFinite { index, value } => write!(
                 f,
@@ -68,7 +71,10 @@ pub fn validate(v: &[f32]) -> Result<(), VectorError> {
         return Ok(());
     }
     let index = v.iter().position(|x| !x.is_finite()).unwrap_or(0);
-    Err(VectorError::NotFinite { index, value: v[index] })
+    Err(VectorError::NotFinite {
+        index,
+        value: v[index],
+    })
 }
 
 /// Checks two operands of a distance operator.
@@ -76,7 +82,10 @@ pub fn validate_pair(a: &[f32], b: &[f32]) -> Result<(), VectorError> {
     validate(a)?;
     validate(b)?;
     if a.len() != b.len() {
-        return Err(VectorError::DimensionMismatch { left: a.len(), right: b.len() });
+        return Err(VectorError::DimensionMismatch {
+            left: a.len(),
+            right: b.len(),
+        });
     }
     Ok(())
 }
@@ -99,10 +108,16 @@ mod tests {
             validate(&vec![0.0; MAX_DIM + 1]),
             Err(VectorError::TooManyDimensions { dim: MAX_DIM + 1 })
         );
-        assert!(matches!(validate(&[1.0, f32::NAN]), Err(VectorError::NotFinite { index: 1, .. })));
+        assert!(matches!(
+            validate(&[1.0, f32::NAN]),
+            Err(VectorError::NotFinite { index: 1, .. })
+        ));
         assert_eq!(
             validate(&[f32::INFINITY]),
-            Err(VectorError::NotFinite { index: 0, value: f32::INFINITY })
+            Err(VectorError::NotFinite {
+                index: 0,
+                value: f32::INFINITY
+            })
         );
         assert_eq!(
             validate_pair(&[1.0], &[1.0, 2.0]),
@@ -112,8 +127,13 @@ mod tests {
 
     #[test]
     fn messages_name_the_problem() {
-        let e = validate(&[1.0, 2.0, f32::NEG_INFINITY]).unwrap_err().to_string();
-        assert_eq!(e, "vector element 3 is -Infinity; NaN and infinity are not allowed");
+        let e = validate(&[1.0, 2.0, f32::NEG_INFINITY])
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "vector element 3 is -Infinity; NaN and infinity are not allowed"
+        );
         let e = validate_pair(&[1.0], &[1.0, 2.0]).unwrap_err().to_string();
         assert_eq!(e, "different vector dimensions 1 and 2");
     }
