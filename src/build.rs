@@ -226,10 +226,7 @@ pub unsafe extern "C-unwind" fn ambuild(
     };
     // SAFETY: heap and index are the open relations PostgreSQL passed to ambuild; the
     // callback only touches `scan`, which outlives the call.
-    let heap_tuples = unsafe {
-        pg_sys::IndexBuildHeapScan(heap, index, index_info, Some(build_callback), &mut scan)
-    };
-    let _ = heap_tuples;
+    unsafe { pg_sys::IndexBuildHeapScan(heap, index, index_info, Some(build_callback), &mut scan) };
     if let Some(dim) = scan.dim {
         options.validate_for(dim);
     }

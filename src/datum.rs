@@ -90,7 +90,7 @@ unsafe fn pgvector_as_vector<'a>(datum: pg_sys::Datum, what: &str) -> &'a [f32] 
     }
     // SAFETY: the value is longer than its header (checked above).
     let data = unsafe { base.add(PGVECTOR_HEADER) } as *const f32;
-    if (data as usize) % std::mem::align_of::<f32>() != 0 {
+    if !(data as usize).is_multiple_of(std::mem::align_of::<f32>()) {
         // Never seen: detoasted values are palloc'd (MAXALIGN) and inline ones start at the
         // type's 4-byte alignment. Refuse rather than read unaligned floats.
         bad(what, "its elements are not 4-byte aligned".into());

@@ -39,8 +39,11 @@ pub struct OpenIndex {
     pub scans: Mutex<u64>,
 }
 
+/// Opened indexes of this backend by (tablespace, database, relfilenode, build id).
+type OpenIndexCache = HashMap<(u32, u32, u32, u64), Rc<OpenIndex>>;
+
 thread_local! {
-    static CACHE: RefCell<HashMap<(u32, u32, u32, u64), Rc<OpenIndex>>> = RefCell::new(HashMap::new());
+    static CACHE: RefCell<OpenIndexCache> = RefCell::new(HashMap::new());
 }
 
 /// Drops cached indexes whose side directory is `dir` (it is being removed).

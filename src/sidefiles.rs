@@ -478,14 +478,14 @@ unsafe fn refuse_set_tablespace(stmt: *mut pg_sys::Node) {
             let oid = pg_sys::RangeVarGetRelidExtended(
                 (*alter).relation,
                 pg_sys::NoLock as i32,
-                pg_sys::RVROption::RVR_MISSING_OK as u32,
+                pg_sys::RVROption::RVR_MISSING_OK,
                 None,
                 std::ptr::null_mut(),
             );
             if oid == pg_sys::InvalidOid {
                 return;
             }
-            if let Some(name) = with_navis_index(oid, |rel| relation_name(rel)) {
+            if let Some(name) = with_navis_index(oid, relation_name) {
                 raise(
                     PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
                     format!("cannot move navis index \"{name}\" with SET TABLESPACE"),
@@ -532,7 +532,7 @@ pub fn database_dirs() -> Vec<PathBuf> {
                 .into_owned(),
         )
     };
-    let mut dirs = vec![path(pg_sys::Oid::from(pg_sys::DEFAULTTABLESPACE_OID))];
+    let mut dirs = vec![path(pg_sys::DEFAULTTABLESPACE_OID)];
     if let Ok(entries) = fs::read_dir("pg_tblspc") {
         for e in entries.flatten() {
             if let Some(oid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) {

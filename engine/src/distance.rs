@@ -130,8 +130,11 @@ pub struct Kernels {
     pub kind: KernelKind,
     l2_squared: fn(&[f32], &[f32]) -> f32,
     dot: fn(&[f32], &[f32]) -> f32,
-    cosine_parts: fn(&[f32], &[f32]) -> (f32, f32, f32),
+    cosine_parts: CosinePartsFn,
 }
+
+/// `(a, b) -> (a·b, |a|², |b|²)`.
+type CosinePartsFn = fn(&[f32], &[f32]) -> (f32, f32, f32);
 
 impl Kernels {
     /// Squared Euclidean distance. Panics if the lengths differ (callers validate first).
