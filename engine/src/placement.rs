@@ -211,23 +211,80 @@ fn pop_unassigned(frontier: &mut VecDeque<VertexId>, page_of: &[u32]) -> Option<
 
 /// Every vertex's in-neighbours in one CSR array: two allocations instead of a `Vec` per
 /// vertex, which at low dimensions outweighed the vectors (see `graph::memory`).
+///
+/// A mutual pair (u lists v once and v lists u once) is not stored as in-edges at all: the
+/// out-slot is marked reciprocal instead and counts twice, which gives the same multiset of
+/// neighbours in a bit per edge rather than four bytes. Vamana graphs have many such pairs.
 struct Incoming {
-    /// `ids[offsets[v]..offsets[v + 1]]` are v's in-neighbours, in increasing order.
+    /// `ids[offsets[v]..offsets[v + 1]]` are v's non-reciprocal in-neighbours, increasing.
     offsets: Vec<usize>,
     ids: Vec<VertexId>,
+    /// `out_offsets[v] + i` indexes `reciprocal`'s bit for `adjacency[v][i]`.
+    out_offsets: Vec<usize>,
+    reciprocal: Vec<u64>,
 }
 
 impl Incoming {
     fn of(&self, v: usize) -> &[VertexId] {
         &self.ids[self.offsets[v]..self.offsets[v + 1]]
     }
+
+    fn is_reciprocal(&self, v: usize, i: usize) -> bool {
+        let bit = self.out_offsets[v] + i;
+        self.reciprocal[bit / 64] >> (bit % 64) & 1 == 1
+    }
+
+    /// v's out- and in-neighbours as a multiset: a mutual neighbour appears twice.
+    fn neighbours<'a>(
+        &'a self,
+        adjacency: &'a [Vec<VertexId>],
+        v: usize,
+    ) -> impl Iterator<Item = VertexId> + 'a {
+        let out = adjacency[v].iter().enumerate();
+        out.flat_map(move |(i, &w)| std::iter::repeat_n(w, 1 + self.is_reciprocal(v, i) as usize))
+            .chain(self.of(v).iter().copied())
+    }
+
+    /// Length of [`Incoming::neighbours`].
+    fn degree(&self, adjacency: &[Vec<VertexId>], v: usize) -> usize {
+        let mutual = (0..adjacency[v].len())
+            .filter(|&i| self.is_reciprocal(v, i))
+            .count();
+        adjacency[v].len() + mutual + self.of(v).len()
+    }
+}
+
+/// Whether `list` holds `v` exactly once.
+fn holds_once(list: &[VertexId], v: VertexId) -> bool {
+    list.iter().filter(|&&x| x == v).count() == 1
+}
+
+/// The edge `u -> v` is half of a mutual pair counted through the out-slots. The test is
+/// symmetric in u and v, so both halves are marked or neither.
+fn mutual(adjacency: &[Vec<VertexId>], u: usize, v: VertexId) -> bool {
+    v as usize != u
+        && holds_once(&adjacency[u], v)
+        && holds_once(&adjacency[v as usize], u as VertexId)
 }
 
 fn reverse_adjacency(adjacency: &[Vec<VertexId>]) -> Incoming {
     let n = adjacency.len();
+    let mut out_offsets = Vec::with_capacity(n + 1);
+    out_offsets.push(0);
+    for list in adjacency {
+        out_offsets.push(out_offsets.last().unwrap_or(&0) + list.len());
+    }
+    let mut reciprocal = vec![0u64; out_offsets[n].div_ceil(64)];
     let mut offsets = vec![0usize; n + 1];
-    for &v in adjacency.iter().flatten() {
-        offsets[v as usize + 1] += 1;
+    for (u, list) in adjacency.iter().enumerate() {
+        for (i, &v) in list.iter().enumerate() {
+            if mutual(adjacency, u, v) {
+                let bit = out_offsets[u] + i;
+                reciprocal[bit / 64] |= 1 << (bit % 64);
+            } else {
+                offsets[v as usize + 1] += 1;
+            }
+        }
     }
     for v in 0..n {
         offsets[v + 1] += offsets[v];
@@ -237,14 +294,22 @@ fn reverse_adjacency(adjacency: &[Vec<VertexId>]) -> Incoming {
     // Filling each list from its end, sources in decreasing order, leaves every list sorted
     // and turns `offsets[v + 1]` into v's start without a second cursor array.
     for (u, list) in adjacency.iter().enumerate().rev() {
-        for &v in list {
-            offsets[v as usize + 1] -= 1;
-            ids[offsets[v as usize + 1]] = u as VertexId;
+        for (i, &v) in list.iter().enumerate() {
+            let bit = out_offsets[u] + i;
+            if reciprocal[bit / 64] >> (bit % 64) & 1 == 0 {
+                offsets[v as usize + 1] -= 1;
+                ids[offsets[v as usize + 1]] = u as VertexId;
+            }
         }
     }
     offsets.rotate_left(1);
     offsets[n] = edges;
-    Incoming { offsets, ids }
+    Incoming {
+        offsets,
+        ids,
+        out_offsets,
+        reciprocal,
+    }
 }
 
 /// Count of `u`'s out- and in-neighbours (self excluded) on each page, as (page, count)
@@ -258,11 +323,11 @@ fn tally_neighbour_pages(
     tallies: &mut Vec<(u32, u32)>,
 ) {
     scratch.clear();
-    let neighbours = adjacency[u].iter().chain(incoming.of(u));
+    let neighbours = incoming.neighbours(adjacency, u);
     scratch.extend(
         neighbours
-            .filter(|&&v| v as usize != u)
-            .map(|&v| page_of[v as usize]),
+            .filter(|&v| v as usize != u)
+            .map(|v| page_of[v as usize]),
     );
     scratch.sort_unstable();
     tallies.clear();
@@ -283,10 +348,9 @@ fn links_to_page(
     incoming: &Incoming,
     page_of: &[u32],
 ) -> i64 {
-    adjacency[u]
-        .iter()
-        .chain(incoming.of(u))
-        .filter(|&&v| v as usize != u && page_of[v as usize] == page)
+    incoming
+        .neighbours(adjacency, u)
+        .filter(|&v| v as usize != u && page_of[v as usize] == page)
         .count() as i64
 }
 
@@ -327,8 +391,8 @@ impl<'g> Refiner<'g> {
         }
     }
 
-    fn links(&self, v: usize) -> impl Iterator<Item = &VertexId> {
-        self.adjacency[v].iter().chain(self.incoming.of(v))
+    fn links(&self, v: usize) -> impl Iterator<Item = VertexId> + '_ {
+        self.incoming.neighbours(self.adjacency, v)
     }
 
     /// One pass moving each vertex to the page holding most of its neighbours. When that
@@ -374,7 +438,7 @@ impl<'g> Refiner<'g> {
         let mut best: Option<(i64, VertexId)> = None;
         for &w in &self.members[target as usize] {
             let wi = w as usize;
-            let degree = (self.adjacency[wi].len() + self.incoming.of(wi).len()) as i64;
+            let degree = self.incoming.degree(self.adjacency, wi) as i64;
             // Upper bound on w's gain: all its outside links would have to point at `home`.
             if gain_u + degree - 2 * self.internal[wi] <= 0 {
                 continue;
@@ -384,7 +448,7 @@ impl<'g> Refiner<'g> {
             if gain_u + gain_w <= 0 {
                 continue;
             }
-            let between = self.links(u).filter(|&&v| v == w).count() as i64;
+            let between = self.links(u).filter(|&v| v == w).count() as i64;
             let gain = gain_u + gain_w - 2 * between;
             if gain > 0 && best.is_none_or(|(g, b)| gain > g || (gain == g && w < b)) {
                 best = Some((gain, w));
@@ -398,7 +462,7 @@ impl<'g> Refiner<'g> {
     fn move_vertex(&mut self, v: VertexId, to: u32) {
         let vi = v as usize;
         let from = self.page_of[vi];
-        for &y in self.adjacency[vi].iter().chain(self.incoming.of(vi)) {
+        for y in self.incoming.neighbours(self.adjacency, vi) {
             let yi = y as usize;
             if yi == vi {
                 continue;
@@ -470,11 +534,28 @@ mod tests {
 
     #[test]
     fn reverse_adjacency_lists_sorted_in_neighbours() {
-        let adjacency = vec![vec![1, 2], vec![2], vec![0, 1], vec![], vec![2, 0]];
+        // 0<->2 and 1<->2 are mutual; 3 lists 4 twice, so 3<->4 is not a single pair.
+        let adjacency = vec![vec![1, 2], vec![2], vec![0, 1], vec![4, 4], vec![2, 0, 3]];
         let incoming = reverse_adjacency(&adjacency);
         let lists: Vec<&[VertexId]> = (0..5).map(|v| incoming.of(v)).collect();
-        assert_eq!(lists, [&[2, 4][..], &[0, 2], &[0, 1, 4], &[], &[]]);
-        assert_eq!(incoming.offsets, [0, 2, 4, 7, 7, 7]);
+        assert_eq!(lists, [&[4][..], &[0], &[4], &[4], &[3, 3]]);
+        assert_eq!(incoming.offsets, [0, 1, 2, 3, 4, 6]);
+        // The neighbour multisets equal out-lists plus all in-lists.
+        for v in 0..5 {
+            let mut got: Vec<VertexId> = incoming.neighbours(&adjacency, v).collect();
+            let mut want = adjacency[v].clone();
+            for (u, list) in adjacency.iter().enumerate() {
+                want.extend(
+                    list.iter()
+                        .filter(|&&x| x as usize == v)
+                        .map(|_| u as VertexId),
+                );
+            }
+            got.sort_unstable();
+            want.sort_unstable();
+            assert_eq!(got, want, "vertex {v}");
+            assert_eq!(incoming.degree(&adjacency, v), want.len());
+        }
     }
     use rand::seq::SliceRandom;
     use rand::SeedableRng;
