@@ -234,18 +234,22 @@ impl Incoming {
         self.reciprocal[bit / 64] >> (bit % 64) & 1 == 1
     }
 
-    /// v's out- and in-neighbours as a multiset: a mutual neighbour appears twice.
-    fn neighbours<'a>(
+    /// v's out- and in-neighbours with multiplicities: a mutual neighbour once, weighted 2.
+    fn weighted<'a>(
         &'a self,
         adjacency: &'a [Vec<VertexId>],
         v: usize,
-    ) -> impl Iterator<Item = VertexId> + 'a {
-        let out = adjacency[v].iter().enumerate();
-        out.flat_map(move |(i, &w)| std::iter::repeat_n(w, 1 + self.is_reciprocal(v, i) as usize))
-            .chain(self.of(v).iter().copied())
+    ) -> impl Iterator<Item = (VertexId, i64)> + 'a {
+        let base = self.out_offsets[v];
+        let bits = &self.reciprocal;
+        let out = adjacency[v].iter().enumerate().map(move |(i, &w)| {
+            let bit = base + i;
+            (w, 1 + (bits[bit / 64] >> (bit % 64) & 1) as i64)
+        });
+        out.chain(self.of(v).iter().map(|&w| (w, 1)))
     }
 
-    /// Length of [`Incoming::neighbours`].
+    /// Sum of the weights of [`Incoming::weighted`].
     fn degree(&self, adjacency: &[Vec<VertexId>], v: usize) -> usize {
         let mutual = (0..adjacency[v].len())
             .filter(|&i| self.is_reciprocal(v, i))
@@ -254,17 +258,22 @@ impl Incoming {
     }
 }
 
-/// Whether `list` holds `v` exactly once.
-fn holds_once(list: &[VertexId], v: VertexId) -> bool {
-    list.iter().filter(|&&x| x == v).count() == 1
+/// Whether `list` names some vertex twice (Vamana lists never do, but `place` accepts any).
+fn has_duplicates(list: &[VertexId], sorted: &mut Vec<VertexId>) -> bool {
+    sorted.clear();
+    sorted.extend_from_slice(list);
+    sorted.sort_unstable();
+    sorted.windows(2).any(|w| w[0] == w[1])
 }
 
-/// The edge `u -> v` is half of a mutual pair counted through the out-slots. The test is
-/// symmetric in u and v, so both halves are marked or neither.
-fn mutual(adjacency: &[Vec<VertexId>], u: usize, v: VertexId) -> bool {
+/// The edge `u -> v` is half of a mutual pair counted through the out-slots: both lists are
+/// free of duplicates and v lists u. The test is symmetric in u and v, so both halves are
+/// marked or neither.
+fn mutual(adjacency: &[Vec<VertexId>], repeats: &[bool], u: usize, v: VertexId) -> bool {
     v as usize != u
-        && holds_once(&adjacency[u], v)
-        && holds_once(&adjacency[v as usize], u as VertexId)
+        && !repeats[u]
+        && !repeats[v as usize]
+        && adjacency[v as usize].contains(&(u as VertexId))
 }
 
 fn reverse_adjacency(adjacency: &[Vec<VertexId>]) -> Incoming {
@@ -275,10 +284,15 @@ fn reverse_adjacency(adjacency: &[Vec<VertexId>]) -> Incoming {
         out_offsets.push(out_offsets.last().unwrap_or(&0) + list.len());
     }
     let mut reciprocal = vec![0u64; out_offsets[n].div_ceil(64)];
+    let mut sorted = Vec::new();
+    let repeats: Vec<bool> = adjacency
+        .iter()
+        .map(|list| has_duplicates(list, &mut sorted))
+        .collect();
     let mut offsets = vec![0usize; n + 1];
     for (u, list) in adjacency.iter().enumerate() {
         for (i, &v) in list.iter().enumerate() {
-            if mutual(adjacency, u, v) {
+            if mutual(adjacency, &repeats, u, v) {
                 let bit = out_offsets[u] + i;
                 reciprocal[bit / 64] |= 1 << (bit % 64);
             } else {
@@ -323,12 +337,15 @@ fn tally_neighbour_pages(
     tallies: &mut Vec<(u32, u32)>,
 ) {
     scratch.clear();
-    let neighbours = incoming.neighbours(adjacency, u);
-    scratch.extend(
-        neighbours
-            .filter(|&v| v as usize != u)
-            .map(|v| page_of[v as usize]),
-    );
+    for (v, weight) in incoming.weighted(adjacency, u) {
+        if v as usize != u {
+            let page = page_of[v as usize];
+            scratch.push(page);
+            if weight == 2 {
+                scratch.push(page);
+            }
+        }
+    }
     scratch.sort_unstable();
     tallies.clear();
     for &p in scratch.iter() {
@@ -349,9 +366,10 @@ fn links_to_page(
     page_of: &[u32],
 ) -> i64 {
     incoming
-        .neighbours(adjacency, u)
-        .filter(|&v| v as usize != u && page_of[v as usize] == page)
-        .count() as i64
+        .weighted(adjacency, u)
+        .filter(|&(v, _)| v as usize != u && page_of[v as usize] == page)
+        .map(|(_, weight)| weight)
+        .sum()
 }
 
 /// State of the BNF refinement. `internal[v]` caches how many of v's out- and in-neighbours
@@ -391,8 +409,8 @@ impl<'g> Refiner<'g> {
         }
     }
 
-    fn links(&self, v: usize) -> impl Iterator<Item = VertexId> + '_ {
-        self.incoming.neighbours(self.adjacency, v)
+    fn links(&self, v: usize) -> impl Iterator<Item = (VertexId, i64)> + '_ {
+        self.incoming.weighted(self.adjacency, v)
     }
 
     /// One pass moving each vertex to the page holding most of its neighbours. When that
@@ -448,7 +466,7 @@ impl<'g> Refiner<'g> {
             if gain_u + gain_w <= 0 {
                 continue;
             }
-            let between = self.links(u).filter(|&v| v == w).count() as i64;
+            let between: i64 = self.links(u).filter(|&(v, _)| v == w).map(|l| l.1).sum();
             let gain = gain_u + gain_w - 2 * between;
             if gain > 0 && best.is_none_or(|(g, b)| gain > g || (gain == g && w < b)) {
                 best = Some((gain, w));
@@ -462,15 +480,15 @@ impl<'g> Refiner<'g> {
     fn move_vertex(&mut self, v: VertexId, to: u32) {
         let vi = v as usize;
         let from = self.page_of[vi];
-        for y in self.incoming.neighbours(self.adjacency, vi) {
+        for (y, weight) in self.incoming.weighted(self.adjacency, vi) {
             let yi = y as usize;
             if yi == vi {
                 continue;
             }
             if self.page_of[yi] == from {
-                self.internal[yi] -= 1;
+                self.internal[yi] -= weight;
             } else if self.page_of[yi] == to {
-                self.internal[yi] += 1;
+                self.internal[yi] += weight;
             }
         }
         let list = &mut self.members[from as usize];
@@ -542,7 +560,10 @@ mod tests {
         assert_eq!(incoming.offsets, [0, 1, 2, 3, 4, 6]);
         // The neighbour multisets equal out-lists plus all in-lists.
         for v in 0..5 {
-            let mut got: Vec<VertexId> = incoming.neighbours(&adjacency, v).collect();
+            let weighted = incoming.weighted(&adjacency, v);
+            let mut got: Vec<VertexId> = weighted
+                .flat_map(|(w, k)| std::iter::repeat_n(w, k as usize))
+                .collect();
             let mut want = adjacency[v].clone();
             for (u, list) in adjacency.iter().enumerate() {
                 want.extend(
