@@ -328,6 +328,8 @@ pub unsafe extern "C-unwind" fn ambuild(
         }
     }
 
+    // SAFETY: alloc0 returns a zeroed IndexBuildResult in the current memory context, which
+    // is what ambuild must hand back to PostgreSQL.
     let mut result = unsafe { PgBox::<pg_sys::IndexBuildResult>::alloc0() };
     result.heap_tuples = (n as u64 + scan.skipped_nulls + scan.skipped_zero) as f64;
     result.index_tuples = n as f64;
