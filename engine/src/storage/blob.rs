@@ -12,7 +12,7 @@
 
 use super::checksum::crc32;
 use super::error::StorageError;
-use super::{put_u32, put_u64, read_u32, read_u64, FORMAT_VERSION};
+use super::{put_u32, put_u64, read_u32, read_u64, verify_header_prefix, FORMAT_VERSION};
 use std::path::Path;
 
 pub const BLOB_MAGIC: u32 = u32::from_le_bytes(*b"NVBL");
@@ -55,20 +55,7 @@ pub fn decode<'a>(path: &Path, kind: BlobKind, bytes: &'a [u8]) -> Result<&'a [u
             format!("truncated: {} bytes", bytes.len()),
         ));
     }
-    if read_u32(bytes, 0) != BLOB_MAGIC {
-        return Err(StorageError::corrupt(path, "bad magic number"));
-    }
-    let version = read_u32(bytes, 4);
-    if version != FORMAT_VERSION {
-        return Err(StorageError::Version {
-            path: path.to_path_buf(),
-            found: version,
-            expected: FORMAT_VERSION,
-        });
-    }
-    if read_u32(bytes, 28) != crc32(&bytes[..28]) {
-        return Err(StorageError::corrupt(path, "header checksum mismatch"));
-    }
+    verify_header_prefix(path, bytes, BLOB_MAGIC, 28)?;
     if read_u32(bytes, 8) != kind as u32 {
         return Err(StorageError::corrupt(
             path,

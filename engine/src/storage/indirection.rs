@@ -27,7 +27,9 @@
 
 use super::checksum::crc32;
 use super::error::StorageError;
-use super::{put_u32, put_u64, read_u32, read_u64, FORMAT_VERSION, PAGE_SIZE};
+use super::{
+    put_u32, put_u64, read_u32, read_u64, verify_header_prefix, FORMAT_VERSION, PAGE_SIZE,
+};
 use crate::VertexId;
 use memmap2::{MmapOptions, MmapRaw};
 use std::fs::{File, OpenOptions};
@@ -150,20 +152,7 @@ impl IndirectionTable {
     }
 
     fn verify_header(path: &Path, header: &[u8]) -> Result<usize, StorageError> {
-        if read_u32(header, 0) != INDIRECTION_MAGIC {
-            return Err(StorageError::corrupt(path, "bad magic number"));
-        }
-        let version = read_u32(header, 4);
-        if version != FORMAT_VERSION {
-            return Err(StorageError::Version {
-                path: path.to_path_buf(),
-                found: version,
-                expected: FORMAT_VERSION,
-            });
-        }
-        if read_u32(header, 24) != crc32(&header[..24]) {
-            return Err(StorageError::corrupt(path, "header checksum mismatch"));
-        }
+        verify_header_prefix(path, header, INDIRECTION_MAGIC, 24)?;
         if read_u32(header, 8) as usize != ENTRIES_PER_BLOCK {
             return Err(StorageError::corrupt(path, "unexpected entries per block"));
         }

@@ -71,6 +71,32 @@ pub mod names {
     ];
 }
 
+/// Checks the common start of a side-file header: magic at byte 0, format version at byte 4
+/// (checked before the checksum, so a file from another version is reported as such), and a
+/// CRC-32 at `crc_at` over every byte before it.
+pub(crate) fn verify_header_prefix(
+    path: &std::path::Path,
+    header: &[u8],
+    magic: u32,
+    crc_at: usize,
+) -> Result<(), StorageError> {
+    if read_u32(header, 0) != magic {
+        return Err(StorageError::corrupt(path, "bad magic number"));
+    }
+    let version = read_u32(header, 4);
+    if version != FORMAT_VERSION {
+        return Err(StorageError::Version {
+            path: path.to_path_buf(),
+            found: version,
+            expected: FORMAT_VERSION,
+        });
+    }
+    if read_u32(header, crc_at) != checksum::crc32(&header[..crc_at]) {
+        return Err(StorageError::corrupt(path, "header checksum mismatch"));
+    }
+    Ok(())
+}
+
 pub(crate) fn read_u16(bytes: &[u8], at: usize) -> u16 {
     u16::from_le_bytes([bytes[at], bytes[at + 1]])
 }

@@ -20,7 +20,10 @@
 
 use super::checksum::crc32;
 use super::error::StorageError;
-use super::{put_u16, put_u32, read_u16, read_u32, FORMAT_VERSION, FREE_OWNER, PAGE_SIZE};
+use super::{
+    put_u16, put_u32, read_u16, read_u32, verify_header_prefix, FORMAT_VERSION, FREE_OWNER,
+    PAGE_SIZE,
+};
 use crate::VertexId;
 use std::path::Path;
 
@@ -97,20 +100,7 @@ impl VectorLayout {
         if header.len() < 20 {
             return Err(StorageError::corrupt(path, "truncated header"));
         }
-        if read_u32(header, 0) != VECTOR_MAGIC {
-            return Err(StorageError::corrupt(path, "bad magic number"));
-        }
-        let version = read_u32(header, 4);
-        if version != FORMAT_VERSION {
-            return Err(StorageError::Version {
-                path: path.to_path_buf(),
-                found: version,
-                expected: FORMAT_VERSION,
-            });
-        }
-        if read_u32(header, 16) != crc32(&header[..16]) {
-            return Err(StorageError::corrupt(path, "header checksum mismatch"));
-        }
+        verify_header_prefix(path, header, VECTOR_MAGIC, 16)?;
         let (dim, slot_size) = (read_u32(header, 8) as usize, read_u32(header, 12) as usize);
         if dim != self.dim || slot_size != self.slot_size {
             return Err(StorageError::corrupt(
