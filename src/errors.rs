@@ -22,10 +22,9 @@ pub fn raise(code: PgSqlErrorCode, message: String, hint: Option<&str>) -> ! {
 pub fn vector_error_code(e: &VectorError) -> PgSqlErrorCode {
     match e {
         VectorError::TooManyDimensions { .. } => PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
-        VectorError::NotFinite { .. } => PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
-        VectorError::Empty | VectorError::DimensionMismatch { .. } => {
-            PgSqlErrorCode::ERRCODE_DATA_EXCEPTION
-        }
+        VectorError::NotFinite { .. }
+        | VectorError::Empty
+        | VectorError::DimensionMismatch { .. } => PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
     }
 }
 
