@@ -43,32 +43,57 @@ pub struct BuildOptions {
 }
 
 impl Default for BuildOptions {
+    /// The defaults registered with PostgreSQL (the option tables below), used when an index
+    /// was created without a WITH (...) list and so has no parsed options.
     fn default() -> Self {
-        BuildOptions {
-            max_degree: 96,
-            build_list: 128,
-            alpha: 1.2,
+        let mut raw = RawOptions {
+            vl_len_: 0,
+            max_degree: 0,
+            build_list: 0,
+            alpha: 0.0,
             pq_bytes: 0,
-            entrance_ratio: 0.01,
-            entrance_degree: 32,
+            entrance_ratio: 0.0,
+            entrance_degree: 0,
+        };
+        for o in &INT_OPTIONS {
+            *(o.field)(&mut raw) = o.default;
         }
+        for o in &REAL_OPTIONS {
+            *(o.field)(&mut raw) = o.default;
+        }
+        BuildOptions::from_raw(&raw)
     }
 }
 
+/// One integer option: what PostgreSQL registers and where its value lands in RawOptions.
 struct IntOption {
     name: &'static CStr,
     desc: &'static CStr,
     default: i32,
     min: i32,
     max: i32,
+    field: fn(&mut RawOptions) -> &mut i32,
 }
 
+/// One real option, likewise.
 struct RealOption {
     name: &'static CStr,
     desc: &'static CStr,
     default: f64,
     min: f64,
     max: f64,
+    field: fn(&mut RawOptions) -> &mut f64,
+}
+
+/// Byte offset of a field inside RawOptions, found through its accessor, so the parse table
+/// cannot disagree with the struct.
+fn offset_in_raw<T>(field: fn(&mut RawOptions) -> &mut T) -> i32 {
+    let mut raw = std::mem::MaybeUninit::<RawOptions>::zeroed();
+    // SAFETY: an all-zero RawOptions is a valid value (it holds integers and floats only).
+    let raw = unsafe { raw.assume_init_mut() };
+    let base = raw as *mut RawOptions as usize;
+    let at = field(raw) as *mut T as usize;
+    (at - base) as i32
 }
 
 const INT_OPTIONS: [IntOption; 4] = [
@@ -78,6 +103,7 @@ const INT_OPTIONS: [IntOption; 4] = [
         default: 96,
         min: 8,
         max: 256,
+        field: |r| &mut r.max_degree,
     },
     IntOption {
         name: c"build_list",
@@ -85,6 +111,7 @@ const INT_OPTIONS: [IntOption; 4] = [
         default: 128,
         min: 10,
         max: 2_000,
+        field: |r| &mut r.build_list,
     },
     IntOption {
         name: c"pq_bytes",
@@ -92,6 +119,7 @@ const INT_OPTIONS: [IntOption; 4] = [
         default: 0,
         min: 0,
         max: 2_048,
+        field: |r| &mut r.pq_bytes,
     },
     IntOption {
         name: c"entrance_degree",
@@ -99,6 +127,7 @@ const INT_OPTIONS: [IntOption; 4] = [
         default: 32,
         min: 4,
         max: 128,
+        field: |r| &mut r.entrance_degree,
     },
 ];
 
@@ -109,6 +138,7 @@ const REAL_OPTIONS: [RealOption; 2] = [
         default: 1.2,
         min: 1.0,
         max: 2.0,
+        field: |r| &mut r.alpha,
     },
     RealOption {
         name: c"entrance_ratio",
@@ -116,6 +146,7 @@ const REAL_OPTIONS: [RealOption; 2] = [
         default: 0.01,
         min: 0.0001,
         max: 0.5,
+        field: |r| &mut r.entrance_ratio,
     },
 ];
 
@@ -155,37 +186,18 @@ pub fn register() {
     }
 }
 
-fn parse_table() -> [pg_sys::relopt_parse_elt; 6] {
-    use pg_sys::relopt_type::{RELOPT_TYPE_INT as INT, RELOPT_TYPE_REAL as REAL};
-    let elt = |name: &'static CStr, opttype, offset: usize| pg_sys::relopt_parse_elt {
-        optname: name.as_ptr(),
-        opttype,
-        offset: offset as i32,
-    };
-    [
-        elt(
-            c"max_degree",
-            INT,
-            std::mem::offset_of!(RawOptions, max_degree),
-        ),
-        elt(
-            c"build_list",
-            INT,
-            std::mem::offset_of!(RawOptions, build_list),
-        ),
-        elt(c"pq_bytes", INT, std::mem::offset_of!(RawOptions, pq_bytes)),
-        elt(
-            c"entrance_degree",
-            INT,
-            std::mem::offset_of!(RawOptions, entrance_degree),
-        ),
-        elt(c"alpha", REAL, std::mem::offset_of!(RawOptions, alpha)),
-        elt(
-            c"entrance_ratio",
-            REAL,
-            std::mem::offset_of!(RawOptions, entrance_ratio),
-        ),
-    ]
+fn parse_table() -> Vec<pg_sys::relopt_parse_elt> {
+    let int = INT_OPTIONS.iter().map(|o| pg_sys::relopt_parse_elt {
+        optname: o.name.as_ptr(),
+        opttype: pg_sys::relopt_type::RELOPT_TYPE_INT,
+        offset: offset_in_raw(o.field),
+    });
+    let real = REAL_OPTIONS.iter().map(|o| pg_sys::relopt_parse_elt {
+        optname: o.name.as_ptr(),
+        opttype: pg_sys::relopt_type::RELOPT_TYPE_REAL,
+        offset: offset_in_raw(o.field),
+    });
+    int.chain(real).collect()
 }
 
 /// `amoptions`: parses and (when `validate`) range-checks the WITH (...) list.
@@ -195,7 +207,7 @@ pub unsafe extern "C-unwind" fn amoptions(
     validate: bool,
 ) -> *mut pg_sys::bytea {
     let table = parse_table();
-    // SAFETY: the parse table describes RawOptions exactly (offsets from offset_of!, types
+    // SAFETY: the parse table describes RawOptions exactly (offsets from the field accessors, types
     // matching the registered options), and build_reloptions allocates the struct itself.
     unsafe {
         pg_sys::build_reloptions(
@@ -215,16 +227,17 @@ impl BuildOptions {
         // SAFETY: `index` is an open relation; rd_options is either NULL or the struct our
         // amoptions produced for it.
         let raw = unsafe { ((*index).rd_options as *const RawOptions).as_ref() };
-        match raw {
-            None => BuildOptions::default(),
-            Some(r) => BuildOptions {
-                max_degree: r.max_degree as u32,
-                build_list: r.build_list as u32,
-                alpha: r.alpha as f32,
-                pq_bytes: r.pq_bytes as u32,
-                entrance_ratio: r.entrance_ratio,
-                entrance_degree: r.entrance_degree as u32,
-            },
+        raw.map_or_else(BuildOptions::default, BuildOptions::from_raw)
+    }
+
+    fn from_raw(r: &RawOptions) -> BuildOptions {
+        BuildOptions {
+            max_degree: r.max_degree as u32,
+            build_list: r.build_list as u32,
+            alpha: r.alpha as f32,
+            pq_bytes: r.pq_bytes as u32,
+            entrance_ratio: r.entrance_ratio,
+            entrance_degree: r.entrance_degree as u32,
         }
     }
 
