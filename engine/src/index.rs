@@ -798,7 +798,7 @@ impl IndexSource for DiskReader<'_> {
             .map(|&id| {
                 self.entry(id)
                     .filter(IndirEntry::is_live)
-                    .map(|e| e.vector_slot)
+                    .map(|_| id)
                     .ok_or_else(|| {
                         io::Error::new(
                             io::ErrorKind::NotFound,

@@ -863,7 +863,7 @@ mod tests {
                         page: page as u32,
                         slot: slot as u16,
                     },
-                    vector_slot: v as u32,
+                    tid: HeapTid { block: v as u32, offset: 1 },
                     flags: FLAG_LIVE,
                 });
             }

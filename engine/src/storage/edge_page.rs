@@ -379,7 +379,7 @@ mod tests {
         assert!(matches!(err, StorageError::Version { found: 9, .. }));
         assert!(err
             .to_string()
-            .contains("index format version 9, this build reads 1: REINDEX"));
+            .contains("index format version 9, this build reads 2: REINDEX"));
     }
 
     #[test]

@@ -1,19 +1,22 @@
 //! Opening an existing index directory: validate the manifest and every file against it, map
-//! the indirection table and the PQ codes, load the small blobs.
+//! the indirection table, the shared state and the PQ codes, load the small blobs.
 //!
-//! The PQ codes file is headerless: `vertex_count * pq_bytes` bytes, vertex-major, so that
-//! code `v` is at byte `v * pq_bytes` of the mapping with no arithmetic beyond that. Its
-//! geometry comes from the manifest.
+//! The PQ codes file is headerless: `capacity * pq_bytes` bytes, vertex-major, so that code
+//! `v` is at byte `v * pq_bytes` of the mapping with no arithmetic beyond that. It always
+//! covers every id the indirection table can hold: growth extends the codes first, then the
+//! table ([`IndexFiles::grow_vertices`]). Like the table, it is mapped `MAP_SHARED` over an
+//! address range reserved up front, so growing never remaps.
 
 use super::blob::{self, BlobKind};
 use super::edge_page::EdgePageLayout;
 use super::error::StorageError;
 use super::indirection::IndirectionTable;
 use super::manifest::Manifest;
+use super::state::SharedState;
 use super::vector_file::{VectorLayout, VECTOR_FILE_HEADER_SIZE};
 use super::{names, PAGE_SIZE};
 use crate::VertexId;
-use memmap2::Mmap;
+use memmap2::{MmapOptions, MmapRaw};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -25,7 +28,9 @@ pub struct IndexFiles {
     edge_layout: EdgePageLayout,
     vector_layout: VectorLayout,
     indirection: IndirectionTable,
-    pq_codes: Mmap,
+    state: SharedState,
+    pq_codes: MmapRaw,
+    pq_file: File,
     pq_codebook: Vec<u8>,
     entrance: Vec<u8>,
     edges: File,
@@ -58,7 +63,9 @@ impl IndexFiles {
             ));
         }
 
-        let pq_codes = map_pq_codes(&dir.join(names::PQ_CODES), &manifest)?;
+        let state = SharedState::open(&dir.join(names::STATE))?;
+        let (pq_file, pq_codes) =
+            map_pq_codes(&dir.join(names::PQ_CODES), &manifest, indirection.capacity())?;
         let pq_codebook = blob::read(&dir.join(names::PQ_CODEBOOK), BlobKind::PqCodebook)?;
         let entrance = blob::read(&dir.join(names::ENTRANCE), BlobKind::EntranceGraph)?;
         Ok(IndexFiles {
@@ -67,7 +74,9 @@ impl IndexFiles {
             edge_layout,
             vector_layout,
             indirection,
+            state,
             pq_codes,
+            pq_file,
             pq_codebook,
             entrance,
             edges,
@@ -103,16 +112,74 @@ impl IndexFiles {
         self.dir.join(names::VECTORS)
     }
 
-    /// All PQ codes, `vertex_count * pq_bytes` bytes.
-    pub fn pq_codes(&self) -> &[u8] {
-        &self.pq_codes[..self.manifest.vertex_count as usize * self.manifest.pq_bytes as usize]
+    /// The shared runtime state (`state.dat`).
+    pub fn state(&self) -> &SharedState {
+        &self.state
     }
 
-    /// PQ code of one vertex.
+    /// Most vertices this index can ever hold (its address reservations).
+    pub fn max_vertices(&self) -> usize {
+        max_vertices(self.manifest.pq_bytes as usize)
+    }
+
+    /// PQ code of one vertex; `None` beyond the table's capacity.
     pub fn pq_code(&self, v: VertexId) -> Option<&[u8]> {
         let m = self.manifest.pq_bytes as usize;
-        let start = v as usize * m;
-        self.pq_codes().get(start..start + m)
+        if v as usize >= self.indirection.capacity() {
+            return None;
+        }
+        // SAFETY: v < capacity, and the codes file always covers capacity * m bytes (it is
+        // extended before the capacity grows), all inside the reservation. Codes of published
+        // vertices are written once before their vertex is first reachable; the only
+        // concurrent writes are to ids that are being (re)allocated, which a reader reaches
+        // only through a stale edge, and a torn code there only perturbs a PQ estimate that
+        // reranking replaces with the exact distance.
+        Some(unsafe { std::slice::from_raw_parts(self.pq_codes.as_ptr().add(v as usize * m), m) })
+    }
+
+    /// Writes the PQ code of `v`, which must be allocated to the caller and not yet published.
+    pub fn write_pq_code(&self, v: VertexId, code: &[u8]) -> Result<(), StorageError> {
+        let m = self.manifest.pq_bytes as usize;
+        if code.len() != m || v as usize >= self.indirection.capacity() {
+            return Err(StorageError::invalid(format!(
+                "PQ code of {} bytes for vertex {v} (code size {m}, capacity {})",
+                code.len(),
+                self.indirection.capacity()
+            )));
+        }
+        // SAFETY: in bounds as in pq_code; the caller owns v (see pq_code for readers).
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                code.as_ptr(),
+                self.pq_codes.as_mut_ptr().add(v as usize * m),
+                m,
+            )
+        };
+        Ok(())
+    }
+
+    /// Makes room for vertex ids below `vertices`: extends the PQ codes, then the
+    /// indirection table. Callers serialise growth (the allocator lock).
+    pub fn grow_vertices(&self, vertices: usize) -> Result<(), StorageError> {
+        if vertices <= self.indirection.capacity() {
+            return Ok(());
+        }
+        if vertices > self.max_vertices() {
+            return Err(StorageError::invalid(format!(
+                "navis index is full: it holds at most {} vertices with {}-byte PQ codes",
+                self.max_vertices(),
+                self.manifest.pq_bytes
+            )));
+        }
+        // Grow by a quarter at least, so that growth is rare and its cost amortised.
+        let current = self.indirection.capacity();
+        let target = IndirectionTable::capacity_for(vertices.max(current + current / 4))
+            .min(self.max_vertices());
+        let path = self.dir.join(names::PQ_CODES);
+        self.pq_file
+            .set_len((target * self.manifest.pq_bytes as usize) as u64)
+            .map_err(|e| StorageError::io(&path, "extend", e))?;
+        self.indirection.grow_to(target)
     }
 
     /// The payload written from `ProductQuantizer::to_bytes`.
@@ -209,21 +276,40 @@ fn check_vector_file(
     Ok(())
 }
 
-fn map_pq_codes(path: &Path, manifest: &Manifest) -> Result<Mmap, StorageError> {
-    let file = open_read(path)?;
+/// Address space reserved for PQ codes per index (1 TiB), which bounds the vertex count at
+/// large code sizes.
+const PQ_RESERVATION: usize = 1 << 40;
+
+fn max_vertices(pq_bytes: usize) -> usize {
+    super::indirection::MAX_VERTICES.min(PQ_RESERVATION / pq_bytes.max(1))
+}
+
+fn map_pq_codes(
+    path: &Path,
+    manifest: &Manifest,
+    capacity: usize,
+) -> Result<(File, MmapRaw), StorageError> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .map_err(|e| StorageError::io(path, "open", e))?;
     let len = file_len(path, &file)?;
-    let expected = manifest.vertex_count as u64 * manifest.pq_bytes as u64;
+    let m = manifest.pq_bytes as u64;
+    let expected = capacity as u64 * m;
     if len < expected {
         return Err(StorageError::corrupt(
             path,
-            format!(
-                "truncated: {len} bytes, {} codes of {} bytes need {expected}",
-                manifest.vertex_count, manifest.pq_bytes
-            ),
+            format!("truncated: {len} bytes, {capacity} codes of {m} bytes need {expected}"),
         ));
     }
-    // SAFETY: the mapping is read-only and private to this struct. Another process could
-    // truncate the file underneath it (SIGBUS on access); side files are only ever truncated
-    // by DROP/REINDEX, which first wait for every backend to close the index.
-    unsafe { Mmap::map(&file) }.map_err(|e| StorageError::io(path, "mmap", e))
+    // MAP_SHARED over the whole reservation, as the indirection table: inserts in any backend
+    // write codes that every other backend reads; bytes beyond the file are never touched
+    // (see pq_code). Side files are only truncated by DROP/REINDEX, after every backend has
+    // closed the index.
+    let map = MmapOptions::new()
+        .len(max_vertices(m as usize) * m as usize)
+        .map_raw(&file)
+        .map_err(|e| StorageError::io(path, "mmap", e))?;
+    Ok((file, map))
 }

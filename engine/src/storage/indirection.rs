@@ -1,45 +1,57 @@
-//! Indirection table: vertex id -> (edge slot, vector slot, flags), 12 bytes per vertex,
-//! memory-mapped `MAP_SHARED` so that every PostgreSQL backend can map the same table.
+//! Indirection table: vertex id -> (edge slot, flags, heap TID), 16 bytes per vertex,
+//! memory-mapped `MAP_SHARED` so that every PostgreSQL backend maps the same table.
 //!
 //! ```text
 //! header (4096 B): 0 magic "NVIT" u32 | 4 version u32 | 8 entries per block u32 (1024)
-//!                  12 reserved u32 (0) | 16 capacity in entries u64 | 24 crc32 of 0..24 u32
-//! block b at 4096 + b * 12288, for vertices b*1024 .. b*1024+1023:
-//!                  1024 edge words u64 | 1024 vector slots u32 (meaningful once flags != 0)
+//!                  12 crc32 of 0..12 u32 | 16 capacity in entries u64 (grows; not checksummed)
+//! block b at 4096 + b * 16384, for vertices b*1024 .. b*1024+1023:
+//!                  1024 edge words u64 | 1024 TID words u64
 //! edge word:       bits 0..32 edge page | bits 32..48 slot in page | bits 48..64 flags
+//! TID word:        bits 0..32 heap block | bits 32..48 line pointer; while the vertex is free
+//!                  (edge word 0) it links the free-vertex list instead (u32, see `update`)
 //! ```
 //!
 //! Why this shape: a writer relocates an edge list out of place and then *publishes* the new
-//! location with a single atomic store, and readers never lock (DESIGN.md §6). A 12-byte
-//! array-of-structs entry would put half the u64s on unaligned addresses, so the entry is
-//! split by field: an 8-byte-aligned edge word that holds the location *and* the flags (so
-//! relocating and deleting never overwrite each other's bits: deletes use `fetch_or`), and a
-//! separate u32 vector slot that is written once, before the vertex is first published.
-//! Blocks of 1024 vertices (3 OS pages) let the table grow by appending blocks without moving
-//! existing entries. A zero edge word has no flags and means "no such vertex", so a freshly
-//! extended (zero-filled) file needs no initialisation.
+//! location with a single atomic store, and readers never lock (DESIGN.md §6). The edge word
+//! holds the location *and* the flags, so relocating and deleting never overwrite each
+//! other's bits (deletes use `fetch_or`). The vector of vertex `v` always lives in vector
+//! slot `v` (freed vertex ids are reused together with their slots), so no slot number is
+//! stored; the heap TID is, so that VACUUM can find dead vertices by scanning this table
+//! instead of the much larger vector file. Blocks of 1024 vertices (4 OS pages) let the table
+//! grow by extending the file without moving entries; a zero edge word has no flags and
+//! means "no such vertex", so a freshly extended (zero-filled) file needs no initialisation.
 //!
-//! Memory ordering: `publish` stores the vector slot, then the edge word with `Release`;
-//! `entry` loads the edge word with `Acquire` first. A reader that sees a published vertex
-//! therefore sees its vector slot, and a reader that sees a relocated edge word sees the
-//! contents the writer wrote to the new slot before publishing (the page write completes
-//! before the publish).
+//! Growth: the mapping reserves address space for [`MAX_VERTICES`] entries up front, so
+//! growing is `ftruncate` plus a store of the new capacity, and no backend ever remaps (a
+//! remap would invalidate references other code holds). Entries beyond the file's current
+//! end are never touched: every access checks the shared capacity first.
+//!
+//! Memory ordering: `publish` stores the TID, then the edge word with `Release`; `entry`
+//! loads the edge word with `Acquire` first. A reader that sees a published vertex therefore
+//! sees its TID, and a reader that sees a relocated edge word sees the contents the writer
+//! wrote to the new slot before publishing (the page write completes before the publish).
 
 use super::checksum::crc32;
 use super::error::StorageError;
-use super::{
-    put_u32, put_u64, read_u32, read_u64, verify_header_prefix, FORMAT_VERSION, PAGE_SIZE,
-};
+use super::vector_file::HeapTid;
+use super::{put_u32, put_u64, read_u32, read_u64, verify_header_prefix, FORMAT_VERSION, PAGE_SIZE};
 use crate::VertexId;
 use memmap2::{MmapOptions, MmapRaw};
 use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 pub const INDIRECTION_MAGIC: u32 = u32::from_le_bytes(*b"NVIT");
 pub const HEADER_SIZE: usize = PAGE_SIZE;
 pub const ENTRIES_PER_BLOCK: usize = 1024;
-const BLOCK_SIZE: usize = ENTRIES_PER_BLOCK * 12;
+const BLOCK_SIZE: usize = ENTRIES_PER_BLOCK * 16;
+const CRC_AT: usize = 12;
+const CAPACITY_AT: usize = 16;
+
+/// Most vertices one index can hold. The mapping reserves address space for this many
+/// entries (16 GiB of virtual addresses, backed by the file only as far as it is extended).
+pub const MAX_VERTICES: usize = 1 << 30;
 
 /// Vertex exists (has been published).
 pub const FLAG_LIVE: u16 = 1 << 0;
@@ -53,11 +65,11 @@ pub struct EdgeLocation {
     pub slot: u16,
 }
 
-/// A decoded indirection entry.
+/// A decoded indirection entry. The vertex's vector is in vector slot `v`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct IndirEntry {
     pub edge: EdgeLocation,
-    pub vector_slot: u32,
+    pub tid: HeapTid,
     pub flags: u16,
 }
 
@@ -83,11 +95,22 @@ fn decode_edge_word(word: u64) -> (EdgeLocation, u16) {
     (edge, (word >> 48) as u16)
 }
 
+pub(crate) fn encode_tid(tid: HeapTid) -> u64 {
+    tid.block as u64 | (tid.offset as u64) << 32
+}
+
+pub(crate) fn decode_tid(word: u64) -> HeapTid {
+    HeapTid {
+        block: word as u32,
+        offset: (word >> 32) as u16,
+    }
+}
+
 /// The mapped table. Shared references are enough for every operation: all entry access is
-/// atomic, so concurrent readers and writers (threads now, processes later) need no lock.
+/// atomic, so concurrent readers and writers (threads or processes) need no lock.
 pub struct IndirectionTable {
     map: MmapRaw,
-    capacity: usize,
+    file: File,
     path: PathBuf,
 }
 
@@ -106,15 +129,14 @@ impl IndirectionTable {
         put_u32(&mut header, 0, INDIRECTION_MAGIC);
         put_u32(&mut header, 4, FORMAT_VERSION);
         put_u32(&mut header, 8, ENTRIES_PER_BLOCK as u32);
-        put_u64(&mut header, 16, capacity as u64);
-        let crc = crc32(&header[..24]);
-        put_u32(&mut header, 24, crc);
-        use std::os::unix::fs::FileExt;
+        let crc = crc32(&header[..CRC_AT]);
+        put_u32(&mut header, CRC_AT, crc);
+        put_u64(&mut header, CAPACITY_AT, capacity as u64);
         file.write_all_at(&header, 0)
             .map_err(|e| StorageError::io(path, "write", e))?;
         file.set_len(Self::file_len(capacity))
             .map_err(|e| StorageError::io(path, "extend", e))?;
-        Self::map(path, &file, capacity)
+        Self::map(path, file)
     }
 
     /// Opens and validates an existing table.
@@ -129,7 +151,6 @@ impl IndirectionTable {
             .map_err(|e| StorageError::io(path, "stat", e))?
             .len();
         let mut header = vec![0u8; HEADER_SIZE];
-        use std::os::unix::fs::FileExt;
         file.read_exact_at(&mut header, 0).map_err(|e| {
             if e.kind() == std::io::ErrorKind::UnexpectedEof {
                 StorageError::corrupt(
@@ -148,16 +169,17 @@ impl IndirectionTable {
                 format!("truncated: {len} bytes, {capacity} entries need {expected}"),
             ));
         }
-        Self::map(path, &file, capacity)
+        Self::map(path, file)
     }
 
     fn verify_header(path: &Path, header: &[u8]) -> Result<usize, StorageError> {
-        verify_header_prefix(path, header, INDIRECTION_MAGIC, 24)?;
+        verify_header_prefix(path, header, INDIRECTION_MAGIC, CRC_AT)?;
         if read_u32(header, 8) as usize != ENTRIES_PER_BLOCK {
             return Err(StorageError::corrupt(path, "unexpected entries per block"));
         }
-        let capacity = read_u64(header, 16);
-        if !capacity.is_multiple_of(ENTRIES_PER_BLOCK as u64) || capacity > u32::MAX as u64 {
+        let capacity = read_u64(header, CAPACITY_AT);
+        if !capacity.is_multiple_of(ENTRIES_PER_BLOCK as u64) || capacity > MAX_VERTICES as u64
+        {
             return Err(StorageError::corrupt(
                 path,
                 format!("impossible capacity {capacity}"),
@@ -170,16 +192,16 @@ impl IndirectionTable {
         (HEADER_SIZE + capacity / ENTRIES_PER_BLOCK * BLOCK_SIZE) as u64
     }
 
-    fn map(path: &Path, file: &File, capacity: usize) -> Result<Self, StorageError> {
-        let len = Self::file_len(capacity) as usize;
-        // MAP_SHARED: writes reach the file (and other processes mapping it).
+    fn map(path: &Path, file: File) -> Result<Self, StorageError> {
+        // MAP_SHARED over the whole reservation: writes reach the file (and every other
+        // process mapping it); pages beyond the file's end exist only as address space.
         let map = MmapOptions::new()
-            .len(len)
-            .map_raw(file)
+            .len(Self::file_len(MAX_VERTICES) as usize)
+            .map_raw(&file)
             .map_err(|e| StorageError::io(path, "mmap", e))?;
         Ok(IndirectionTable {
             map,
-            capacity,
+            file,
             path: path.to_path_buf(),
         })
     }
@@ -189,9 +211,38 @@ impl IndirectionTable {
         vertices.div_ceil(ENTRIES_PER_BLOCK).max(1) * ENTRIES_PER_BLOCK
     }
 
-    /// Number of vertex entries the file holds (a multiple of 1024).
+    fn capacity_word(&self) -> &AtomicU64 {
+        // SAFETY: CAPACITY_AT + 8 <= HEADER_SIZE, which every file holds (checked at open);
+        // the offset is 8-aligned in a page-aligned mapping; the reference borrows self, and
+        // every access to these bytes after open is atomic.
+        unsafe { AtomicU64::from_ptr(self.map.as_mut_ptr().add(CAPACITY_AT).cast()) }
+    }
+
+    /// Number of vertex entries the file holds now (a multiple of 1024). Grows, never
+    /// shrinks, possibly through another process.
     pub fn capacity(&self) -> usize {
-        self.capacity
+        self.capacity_word().load(Ordering::Acquire) as usize
+    }
+
+    /// Extends the file to hold at least `vertices` entries. Callers serialise growth (the
+    /// allocator lock); readers never see an entry beyond the file because the capacity is
+    /// stored only after the file was extended.
+    pub fn grow_to(&self, vertices: usize) -> Result<(), StorageError> {
+        if vertices <= self.capacity() {
+            return Ok(());
+        }
+        if vertices > MAX_VERTICES {
+            return Err(StorageError::invalid(format!(
+                "a navis index holds at most {MAX_VERTICES} vertices"
+            )));
+        }
+        let capacity = Self::capacity_for(vertices);
+        self.file
+            .set_len(Self::file_len(capacity))
+            .map_err(|e| StorageError::io(&self.path, "extend", e))?;
+        self.capacity_word()
+            .store(capacity as u64, Ordering::Release);
+        Ok(())
     }
 
     pub fn path(&self) -> &Path {
@@ -203,38 +254,39 @@ impl IndirectionTable {
     }
 
     fn check(&self, v: VertexId) -> Result<(), StorageError> {
-        if (v as usize) < self.capacity {
+        if (v as usize) < self.capacity() {
             Ok(())
         } else {
             Err(StorageError::invalid(format!(
                 "vertex {v} is beyond the indirection table's capacity {}",
-                self.capacity
+                self.capacity()
             )))
         }
     }
 
-    fn edge_word(&self, v: VertexId) -> &AtomicU64 {
-        debug_assert!((v as usize) < self.capacity);
-        let offset = Self::block_base(v) + (v as usize % ENTRIES_PER_BLOCK) * 8;
-        // SAFETY: callers check v < capacity, so offset + 8 <= mapping length. The mapping is
-        // page-aligned and offset is a multiple of 8, so the pointer is aligned for AtomicU64,
-        // which has u64's size and layout. The reference cannot outlive the mapping (it
-        // borrows self), and every access to these bytes goes through atomics.
+    fn word(&self, v: VertexId, array: usize) -> &AtomicU64 {
+        debug_assert!((v as usize) < MAX_VERTICES);
+        let offset = Self::block_base(v)
+            + array * ENTRIES_PER_BLOCK * 8
+            + (v as usize % ENTRIES_PER_BLOCK) * 8;
+        // SAFETY: callers check v < capacity, so the word lies inside the file and inside
+        // the reservation. The mapping is page-aligned and offset is a multiple of 8, so the
+        // pointer is aligned for AtomicU64 (u64's size and layout). The reference borrows
+        // self, so it cannot outlive the mapping, and every access to these bytes is atomic.
         unsafe { AtomicU64::from_ptr(self.map.as_mut_ptr().add(offset).cast()) }
     }
 
-    fn vector_word(&self, v: VertexId) -> &AtomicU32 {
-        debug_assert!((v as usize) < self.capacity);
-        let offset =
-            Self::block_base(v) + ENTRIES_PER_BLOCK * 8 + (v as usize % ENTRIES_PER_BLOCK) * 4;
-        // SAFETY: as in edge_word: in bounds, 4-byte aligned, lives as long as self, and only
-        // accessed atomically.
-        unsafe { AtomicU32::from_ptr(self.map.as_mut_ptr().add(offset).cast()) }
+    fn edge_word(&self, v: VertexId) -> &AtomicU64 {
+        self.word(v, 0)
+    }
+
+    fn tid_word(&self, v: VertexId) -> &AtomicU64 {
+        self.word(v, 1)
     }
 
     /// The entry of `v`, or `None` when `v` is beyond the table or was never published.
     pub fn entry(&self, v: VertexId) -> Option<IndirEntry> {
-        if (v as usize) >= self.capacity {
+        if (v as usize) >= self.capacity() {
             return None;
         }
         let word = self.edge_word(v).load(Ordering::Acquire);
@@ -242,20 +294,16 @@ impl IndirectionTable {
         if flags == 0 {
             return None;
         }
-        let vector_slot = self.vector_word(v).load(Ordering::Acquire);
-        Some(IndirEntry {
-            edge,
-            vector_slot,
-            flags,
-        })
+        let tid = decode_tid(self.tid_word(v).load(Ordering::Acquire));
+        Some(IndirEntry { edge, tid, flags })
     }
 
-    /// Publishes a vertex: its vector slot, then its edge location and flags in one atomic
-    /// store. This is the moment the vertex becomes visible to readers.
+    /// Publishes a vertex: its TID, then its edge location and flags in one atomic store.
+    /// This is the moment the vertex becomes visible to readers.
     pub fn publish(&self, v: VertexId, entry: IndirEntry) -> Result<(), StorageError> {
         self.check(v)?;
-        self.vector_word(v)
-            .store(entry.vector_slot, Ordering::Release);
+        self.tid_word(v)
+            .store(encode_tid(entry.tid), Ordering::Release);
         self.edge_word(v)
             .store(encode_edge_word(entry.edge, entry.flags), Ordering::Release);
         Ok(())
@@ -290,19 +338,57 @@ impl IndirectionTable {
         }
     }
 
-    /// Sets the deleted flag of `v` atomically; returns whether it was already set.
+    /// Sets the deleted flag of a published `v` atomically; returns whether it was already
+    /// set. A vertex that is not published is left alone (and reported as already deleted).
     pub fn mark_deleted(&self, v: VertexId) -> Result<bool, StorageError> {
         self.check(v)?;
-        let old = self
-            .edge_word(v)
-            .fetch_or((FLAG_DELETED as u64) << 48, Ordering::AcqRel);
-        Ok(old & ((FLAG_DELETED as u64) << 48) != 0)
+        let word = self.edge_word(v);
+        let mut current = word.load(Ordering::Acquire);
+        loop {
+            let (_, flags) = decode_edge_word(current);
+            if flags & FLAG_LIVE == 0 || flags & FLAG_DELETED != 0 {
+                return Ok(true);
+            }
+            match word.compare_exchange_weak(
+                current,
+                current | (FLAG_DELETED as u64) << 48,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return Ok(false),
+                Err(seen) => current = seen,
+            }
+        }
+    }
+
+    /// Unpublishes `v` (its id becomes free) and stores `next_free` in its TID word, which
+    /// links the free-vertex list while the vertex is free. Callers hold the allocator lock.
+    pub fn release(&self, v: VertexId, next_free: u32) -> Result<(), StorageError> {
+        self.check(v)?;
+        self.edge_word(v).store(0, Ordering::Release);
+        self.tid_word(v).store(next_free as u64, Ordering::Release);
+        Ok(())
+    }
+
+    /// The free-list link stored by [`IndirectionTable::release`] (meaningless for a
+    /// published vertex).
+    pub fn free_link(&self, v: VertexId) -> Result<u32, StorageError> {
+        self.check(v)?;
+        Ok(self.tid_word(v).load(Ordering::Acquire) as u32)
+    }
+
+    /// Stores the TID of a vertex that is being prepared (not yet published).
+    pub fn set_tid(&self, v: VertexId, tid: HeapTid) -> Result<(), StorageError> {
+        self.check(v)?;
+        self.tid_word(v).store(encode_tid(tid), Ordering::Release);
+        Ok(())
     }
 
     /// Writes dirty mapped pages back to the file and waits (msync).
     pub fn flush(&self) -> Result<(), StorageError> {
+        let len = Self::file_len(self.capacity()) as usize;
         self.map
-            .flush()
+            .flush_range(0, len)
             .map_err(|e| StorageError::io(&self.path, "msync", e))
     }
 }
@@ -311,10 +397,10 @@ impl IndirectionTable {
 mod tests {
     use super::*;
 
-    fn entry(page: u32, slot: u16, vector_slot: u32) -> IndirEntry {
+    fn entry(page: u32, slot: u16, block: u32) -> IndirEntry {
         IndirEntry {
             edge: EdgeLocation { page, slot },
-            vector_slot,
+            tid: HeapTid { block, offset: 7 },
             flags: FLAG_LIVE,
         }
     }
@@ -325,7 +411,7 @@ mod tests {
         let path = dir.path().join("indirection.dat");
         let table = IndirectionTable::create(&path, 1500).unwrap();
         assert_eq!(table.capacity(), 2048);
-        assert_eq!(std::fs::metadata(&path).unwrap().len(), 4096 + 2 * 12288);
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 4096 + 2 * 16384);
         assert_eq!(table.entry(0), None);
         table.publish(0, entry(7, 3, 0)).unwrap();
         table
@@ -351,10 +437,25 @@ mod tests {
             }
         );
         assert!(e.is_live() && e.is_deleted());
-        assert_eq!(e.vector_slot, 1025);
+        assert_eq!(e.tid, HeapTid { block: 1025, offset: 7 });
         assert_eq!(table.entry(5), None);
         assert_eq!(table.entry(4096), None);
         assert!(table.publish(2048, entry(0, 0, 0)).is_err());
+
+        // Growth is visible through a second mapping of the same file (another backend).
+        let other = IndirectionTable::open(&path).unwrap();
+        table.grow_to(3000).unwrap();
+        assert_eq!(other.capacity(), 3072);
+        table.publish(3000, entry(1, 2, 3)).unwrap();
+        assert_eq!(other.entry(3000), Some(entry(1, 2, 3)));
+        assert!(table.grow_to(MAX_VERTICES + 1).is_err());
+
+        // Releasing frees the id and keeps the free-list link in the TID word.
+        table.release(3000, 42).unwrap();
+        assert_eq!(other.entry(3000), None);
+        assert_eq!(other.free_link(3000).unwrap(), 42);
+        assert!(table.mark_deleted(3000).unwrap(), "a free vertex is never marked");
+        assert_eq!(other.entry(3000), None);
         assert!(table
             .relocate_edges(5, EdgeLocation { page: 1, slot: 1 })
             .is_err());
@@ -419,10 +520,10 @@ mod tests {
         let err = IndirectionTable::open(&path).err().unwrap();
         assert!(err
             .to_string()
-            .contains("index format version 7, this build reads 1"));
+            .contains("index format version 7, this build reads 2"));
 
         let mut flipped = full.clone();
-        flipped[17] ^= 1;
+        flipped[9] ^= 1;
         std::fs::write(&path, &flipped).unwrap();
         assert!(IndirectionTable::open(&path)
             .err()

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! navis-index-manifest
-//! format_version=1
+//! format_version=2
 //! metric=1
 //! dim=128
 //! ...
@@ -297,7 +297,7 @@ pub(crate) mod tests {
     fn text_round_trip() {
         let m = sample();
         let text = m.to_text();
-        assert!(text.starts_with("navis-index-manifest\nformat_version=1\nmetric=3\n"));
+        assert!(text.starts_with("navis-index-manifest\nformat_version=2\nmetric=3\n"));
         assert_eq!(Manifest::parse(Path::new("manifest"), &text).unwrap(), m);
     }
 
@@ -305,19 +305,19 @@ pub(crate) mod tests {
     fn wrong_version_asks_for_reindex() {
         let text = sample()
             .to_text()
-            .replace("format_version=1", "format_version=2");
+            .replace("format_version=2", "format_version=3");
         let err = Manifest::parse(Path::new("manifest"), &text).unwrap_err();
         assert!(matches!(
             err,
             StorageError::Version {
-                found: 2,
-                expected: 1,
+                found: 3,
+                expected: 2,
                 ..
             }
         ));
         assert!(err
             .to_string()
-            .starts_with("index format version 2, this build reads 1: REINDEX"));
+            .starts_with("index format version 3, this build reads 2: REINDEX"));
     }
 
     #[test]

@@ -10,7 +10,8 @@
 //! | `vectors.dat` | [`vector_file`] | dense fixed-size slots: full vector, owner stamp, heap TID |
 //! | `indirection.dat` | [`indirection`] | vertex -> (edge slot, vector slot, flags), memory-mapped |
 //! | `pq_codebook.bin`, `entrance.bin` | [`blob`] | opaque blobs with a checksummed header |
-//! | `pq_codes.dat` | [`files`] | `n * pq_bytes` bytes, memory-mapped |
+//! | `pq_codes.dat` | [`files`] | `capacity * pq_bytes` bytes, memory-mapped |
+//! | `state.dat` | [`state`] | allocator, free lists, counters, per-page live counts, memory-mapped |
 //!
 //! Every mutation goes through [`writer`]: the bulk write of a freshly built index and the
 //! in-place primitives (write one edge page, write one vector slot, publish one indirection
@@ -26,6 +27,7 @@ pub mod error;
 pub mod files;
 pub mod indirection;
 pub mod manifest;
+pub mod state;
 pub mod vector_file;
 pub mod writer;
 
@@ -36,6 +38,7 @@ pub use error::StorageError;
 pub use files::IndexFiles;
 pub use indirection::{EdgeLocation, IndirEntry, IndirectionTable, FLAG_DELETED, FLAG_LIVE};
 pub use manifest::{BuildParams, Manifest};
+pub use state::{Counter, Field, SharedState};
 pub use vector_file::{HeapTid, VectorLayout, VectorSlotRef, VECTOR_FILE_HEADER_SIZE};
 pub use writer::{BuildInput, IndexWriter, SideFileWriter};
 
@@ -43,7 +46,7 @@ pub use writer::{BuildInput, IndexWriter, SideFileWriter};
 pub const PAGE_SIZE: usize = 4096;
 
 /// Version of every side-file format in this module. Bump it whenever a byte moves.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 
 /// Owner stamp of a free slot (edge or vector). Vertex ids never reach this value.
 pub const FREE_OWNER: u32 = u32::MAX;
@@ -57,11 +60,13 @@ pub mod names {
     pub const PQ_CODEBOOK: &str = "pq_codebook.bin";
     pub const PQ_CODES: &str = "pq_codes.dat";
     pub const ENTRANCE: &str = "entrance.bin";
+    pub const STATE: &str = "state.dat";
 
     /// Every file a complete index directory holds, the manifest last because its presence
     /// marks the index complete.
-    pub const ALL: [&str; 7] = [
+    pub const ALL: [&str; 8] = [
         EDGES,
+        STATE,
         VECTORS,
         INDIRECTION,
         PQ_CODEBOOK,

@@ -87,7 +87,7 @@ fn assert_index_matches(files: &IndexFiles, f: &Fixture) {
             .expect("slot owned by its vertex");
         assert_eq!(list.to_vec(), f.adjacency[v as usize], "vertex {v}");
         files
-            .read_vector_slot(entry.vector_slot, &mut slot)
+            .read_vector_slot(v, &mut slot)
             .unwrap();
         let parsed = vlayout.parse_slot(&slot).unwrap();
         assert!(parsed.is_owned_by(v));
@@ -140,7 +140,7 @@ fn empty_index_round_trip() {
     IndexWriter::create(tmp.path(), &input(&f)).unwrap();
     let files = IndexFiles::open(tmp.path()).unwrap();
     assert_eq!(files.manifest().vertex_count, 0);
-    assert_eq!(files.pq_codes().len(), 0);
+    assert_eq!(files.state().get(crate::storage::Field::NextVertex), 0);
     assert_eq!(files.indirection().entry(0), None);
 }
 
@@ -216,10 +216,10 @@ fn wrong_version_asks_for_reindex() {
     let err = damaged_open_error(|d| {
         let path = d.join(names::MANIFEST);
         let text = std::fs::read_to_string(&path).unwrap();
-        std::fs::write(&path, text.replace("format_version=1", "format_version=0")).unwrap();
+        std::fs::write(&path, text.replace("format_version=2", "format_version=0")).unwrap();
     });
     assert!(
-        err.starts_with("index format version 0, this build reads 1: REINDEX"),
+        err.starts_with("index format version 0, this build reads 2: REINDEX"),
         "{err}"
     );
 }
@@ -334,7 +334,7 @@ fn in_place_primitives_and_owner_stamps() {
                     page: new_page,
                     slot: 0,
                 },
-                vector_slot: n as u32,
+                tid,
                 flags: FLAG_LIVE,
             },
         )
@@ -387,9 +387,10 @@ fn in_place_primitives_and_owner_stamps() {
         vec![n as VertexId]
     );
     let new_entry = files.indirection().entry(n as VertexId).unwrap();
+    assert_eq!(new_entry.tid, tid);
     let mut slot = vec![0u8; files.vector_layout().slot_size()];
     files
-        .read_vector_slot(new_entry.vector_slot, &mut slot)
+        .read_vector_slot(n as u32, &mut slot)
         .unwrap();
     let parsed = files.vector_layout().parse_slot(&slot).unwrap();
     assert_eq!(

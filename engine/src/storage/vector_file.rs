@@ -253,12 +253,12 @@ mod tests {
             .to_string()
             .contains("checksum"));
         let mut newer = header.clone();
-        put_u32(&mut newer, 4, 2);
+        put_u32(&mut newer, 4, 3);
         assert!(matches!(
             layout.verify_header(p, &newer),
             Err(StorageError::Version {
-                found: 2,
-                expected: 1,
+                found: 3,
+                expected: 2,
                 ..
             })
         ));

@@ -17,6 +17,7 @@ use super::edge_page::EdgePageLayout;
 use super::error::StorageError;
 use super::files::IndexFiles;
 use super::indirection::{EdgeLocation, IndirEntry, IndirectionTable, FLAG_LIVE};
+use super::state::SharedState;
 use super::manifest::{BuildParams, Manifest};
 use super::vector_file::{HeapTid, VectorLayout};
 use super::{names, PAGE_SIZE};
@@ -255,7 +256,8 @@ fn write_all_files(
         names::PQ_CODEBOOK,
         &blob::encode(BlobKind::PqCodebook, input.pq_codebook),
     )?;
-    write_bytes(staging, names::PQ_CODES, input.pq_codes)?;
+    write_pq_codes(staging, input, manifest)?;
+    write_state(staging, input, manifest)?;
     write_bytes(
         staging,
         names::ENTRANCE,
@@ -324,12 +326,47 @@ fn write_indirection(
                 page: placement.page_of[v],
                 slot: placement.slot_of[v],
             },
-            vector_slot: v as u32,
+            tid: input.heap_tids[v],
             flags: FLAG_LIVE,
         };
         table.publish(v as VertexId, entry)?;
     }
     table.flush()?;
+    File::open(&path)
+        .and_then(|f| f.sync_all())
+        .map_err(|e| StorageError::io(&path, "fsync", e))
+}
+
+/// The codes, zero-padded to the indirection table's capacity: the file always covers every
+/// id the table can hold, so growing the index extends both together (`IndexFiles`).
+fn write_pq_codes(
+    staging: &mut Staging,
+    input: &BuildInput,
+    manifest: &Manifest,
+) -> Result<(), StorageError> {
+    let mut bytes = input.pq_codes.to_vec();
+    bytes.resize(
+        manifest.indirection_capacity as usize * input.pq_bytes,
+        0,
+    );
+    write_bytes(staging, names::PQ_CODES, &bytes)
+}
+
+/// The shared runtime state of a fresh index: every vertex published, each page's live
+/// slots counted from the placement.
+fn write_state(
+    staging: &mut Staging,
+    input: &BuildInput,
+    manifest: &Manifest,
+) -> Result<(), StorageError> {
+    let (file, path) = staging.create(names::STATE)?;
+    drop(file);
+    let mut live = vec![0u32; manifest.edge_pages as usize];
+    for &page in &input.placement.page_of {
+        live[page as usize] += 1;
+    }
+    let state = SharedState::create(&path, manifest.vertex_count, &live)?;
+    state.flush()?;
     File::open(&path)
         .and_then(|f| f.sync_all())
         .map_err(|e| StorageError::io(&path, "fsync", e))
