@@ -46,6 +46,7 @@ use crate::io::PageReader;
 use crate::placement::{greedy_placement, identity_placement, overlap_ratio, Placement};
 use crate::pq::ProductQuantizer;
 use crate::search::{CasrMode, IndexSource, SearchCursor, SearchHit, SearchParams};
+use crate::storage::state::Field;
 use crate::storage::{
     BuildInput, BuildParams, EdgePageLayout, HeapTid, IndexFiles, IndexWriter, IndirEntry,
     StorageError, PAGE_SIZE,
@@ -584,12 +585,61 @@ impl Index {
         self.files.manifest().dim as usize
     }
 
+    /// Vertices in the graph: published, lazily deleted ones included.
     pub fn len(&self) -> usize {
-        self.files.manifest().vertex_count as usize
+        self.files.state().get(Field::Published) as usize
     }
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Lazily deleted vertices (still in the graph, never in results).
+    pub fn deleted_len(&self) -> usize {
+        (self.files.state().get(Field::Deleted) as usize).min(self.len())
+    }
+
+    /// Vertices a search can return.
+    pub fn live_len(&self) -> usize {
+        self.len() - self.deleted_len()
+    }
+
+    /// The share of the graph that is lazily deleted.
+    pub fn deleted_fraction(&self) -> f64 {
+        if self.is_empty() {
+            0.0
+        } else {
+            self.deleted_len() as f64 / self.len() as f64
+        }
+    }
+
+    /// A search list widened for lazily deleted vertices, as NAVIS does:
+    /// `ceil(L / (1 - d)) + 10` with `d` the deleted fraction; `L` when nothing is deleted.
+    pub fn widened_list(&self, list: usize) -> usize {
+        let d = self.deleted_fraction();
+        if d <= 0.0 {
+            return list;
+        }
+        let widened = (list as f64 / (1.0 - d).max(0.01)).ceil() as usize + 10;
+        widened.min(list.saturating_mul(100).max(list))
+    }
+
+    /// Whether inserts are possible: an index built over an empty table has a placeholder
+    /// quantizer (and maybe no dimension), so it cannot place or encode vectors.
+    pub fn accepts_inserts(&self) -> bool {
+        self.files.manifest().vertex_count > 0
+    }
+
+    /// Published and not lazily deleted.
+    pub fn is_live_undeleted(&self, v: VertexId) -> bool {
+        self.files
+            .indirection()
+            .entry(v)
+            .is_some_and(|e| e.is_live() && !e.is_deleted())
+    }
+
+    pub(crate) fn pq(&self) -> &ProductQuantizer {
+        &self.pq
     }
 
     /// The in-memory entrance graph.

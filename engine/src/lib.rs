@@ -18,6 +18,7 @@ pub mod placement;
 pub mod pq;
 pub mod search;
 pub mod storage;
+pub mod update;
 pub mod vector;
 
 pub use distance::{kernels, Kernels, Metric};

@@ -118,6 +118,9 @@ pub struct SearchParams {
     pub max_list: usize,
     /// Safety cap on expansions per pass, as a multiple of the pass's list size.
     pub max_expansions_per_pass: usize,
+    /// Keep every edge list read (with its location): position seeking for an insert
+    /// reuses them instead of reading the neighbours' pages again.
+    pub record_lists: bool,
 }
 
 impl Default for SearchParams {
@@ -133,6 +136,7 @@ impl Default for SearchParams {
             colocated: false,
             max_list: 10_000,
             max_expansions_per_pass: 16,
+            record_lists: false,
         }
     }
 }
@@ -312,6 +316,7 @@ pub struct SearchCursor<'a, S: IndexSource> {
     counters: SearchCounters,
     page_buf: Vec<u8>,
     frontier: Vec<VertexId>,
+    lists: HashMap<VertexId, (EdgeLocation, Vec<VertexId>)>,
 }
 
 impl<'a, S: IndexSource> SearchCursor<'a, S> {
@@ -357,6 +362,7 @@ impl<'a, S: IndexSource> SearchCursor<'a, S> {
             counters: SearchCounters::one_query(),
             page_buf: Vec::new(),
             frontier: Vec::new(),
+            lists: HashMap::new(),
         })
     }
 
@@ -379,6 +385,35 @@ impl<'a, S: IndexSource> SearchCursor<'a, S> {
     /// Results dropped because a later pass found them closer than one already returned.
     pub fn order_skips(&self) -> u64 {
         self.order_skips
+    }
+
+    /// Runs the first pass (traversal and rerank) if it has not run; position seeking for an
+    /// insert needs exactly that and no results.
+    pub fn run_first_pass(&mut self) -> io::Result<()> {
+        if self.passes == 0 && !self.finished {
+            self.run_pass()?;
+        }
+        Ok(())
+    }
+
+    /// The query as searched (unit length for cosine).
+    pub fn query(&self) -> &[f32] {
+        &self.query
+    }
+
+    /// The candidate list: `(vertex, PQ distance)`, closest first.
+    pub fn explored(&self) -> Vec<(VertexId, f32)> {
+        self.list.items.iter().map(|c| (c.id, c.distance)).collect()
+    }
+
+    /// The exact vector of `id` if this search loaded it.
+    pub fn exact_vector(&self, id: VertexId) -> Option<&[f32]> {
+        self.loaded.get(id, self.query.len()).map(|(v, _)| v)
+    }
+
+    /// The edge list of `id` and where it was read, with [`SearchParams::record_lists`].
+    pub fn expanded_list(&self, id: VertexId) -> Option<(EdgeLocation, &[VertexId])> {
+        self.lists.get(&id).map(|(loc, l)| (*loc, l.as_slice()))
     }
 
     /// The next `n` hits (fewer when the search is exhausted).
@@ -526,6 +561,9 @@ impl<'a, S: IndexSource> SearchCursor<'a, S> {
                 Some(slot) => {
                     self.counters.expanded += 1;
                     neighbours.extend(slot.neighbours());
+                    if self.params.record_lists {
+                        self.lists.insert(v, (loc, slot.to_vec()));
+                    }
                 }
                 None => self.stale_slot(v, loc, retries)?,
             }

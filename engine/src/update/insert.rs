@@ -1,0 +1,381 @@
+//! NAVIS insert: position seeking, then out-of-place edge-list writes (digest §1.3.3, §1.5).
+//!
+//! 1. **Position seeking** is a search for the new vector with the insert list
+//!    (`navis.insert_list`) and the insert CASR window: the explored candidates carry PQ
+//!    distances, the ones CASR loaded carry exact vectors, and every edge list read on the
+//!    way is kept with its location.
+//! 2. **Neighbours**: RobustPrune over the explored candidates (deleted ones excluded), with
+//!    exact vectors where CASR loaded them and PQ-reconstructed ("deflated") vectors
+//!    elsewhere; nothing more is read from the vector file.
+//! 3. **Writes**: the new vertex's vector goes into its vector slot and its code into the PQ
+//!    file. Then the edge lists that change (the new vertex's, and each chosen neighbour's
+//!    with the back-edge added, pruned when over the degree) are written **out of place**,
+//!    packed `slots_per_page` to a freshly allocated page, group by group: lock the group's
+//!    vertex stripes, take each list as it is now (the copy read while seeking if the
+//!    indirection still points where it was read, else one page read), write the page,
+//!    publish (the new vertex) or relocate (the neighbours) through the indirection table,
+//!    retire the old slots, unlock. So an insert writes `ceil(lists / slots_per_page)`
+//!    edge pages and one vector slot, never rewrites a page that holds other current
+//!    lists, and holds at most `slots_per_page` stripes at a time.
+//!
+//! An error before the new vertex is published returns its id to the free list; after it,
+//! the index is consistent at every step (a missing back-edge costs recall, not
+//! correctness).
+
+use super::alloc::{allocate_page, allocate_vertex, release_vertex, retire_slot};
+use super::locks::{StripeGuard, WriteLocks};
+use crate::counters::SearchCounters;
+use crate::distance::Metric;
+use crate::graph::prune::robust_prune;
+use crate::graph::vamana::prune_metric;
+use crate::index::{DiskReader, Index, IndexError};
+use crate::search::{CasrMode, SearchCursor, SearchParams};
+use crate::storage::state::{Counter, Field};
+use crate::storage::{EdgeLocation, HeapTid, IndirEntry, SideFileWriter, FLAG_LIVE, PAGE_SIZE};
+use crate::VertexId;
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+
+/// Parameters of one insert.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct InsertParams {
+    /// Search list of position seeking (before widening for deleted vertices).
+    pub list: usize,
+    pub beam_width: usize,
+    pub entry_list: usize,
+    /// The K whose stability ends the insert's CASR.
+    pub rerank_k: usize,
+    /// Rerank window; `None` reranks every explored candidate.
+    pub casr_window: Option<usize>,
+}
+
+impl Default for InsertParams {
+    fn default() -> Self {
+        InsertParams {
+            list: 100,
+            beam_width: 4,
+            entry_list: 10,
+            rerank_k: 10,
+            casr_window: None,
+        }
+    }
+}
+
+/// What one insert did: the deterministic counters the benchmarks report per insert.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct InsertReport {
+    pub vertex: VertexId,
+    /// Out-neighbours chosen for the new vertex.
+    pub degree: usize,
+    /// Position seeking's counters (pages read, vectors loaded, distances, ...).
+    pub search: SearchCounters,
+    /// Edge pages read again because a neighbour's list moved after it was read.
+    pub pages_reread: u64,
+    pub lists_written: u64,
+    pub pages_written: u64,
+    /// Distinct pages the modified lists were on before the insert: what an in-place
+    /// update would have rewritten (plus the new vertex's page).
+    pub pages_in_place: u64,
+}
+
+impl Index {
+    /// Inserts `vector` (the row at `tid`) and returns what it did. The vector is validated
+    /// like a query (dimension, finite values, non-zero for cosine).
+    pub fn insert(
+        &self,
+        reader: &mut DiskReader<'_>,
+        locks: &dyn WriteLocks,
+        vector: &[f32],
+        tid: HeapTid,
+        params: InsertParams,
+    ) -> Result<InsertReport, IndexError> {
+        if !self.accepts_inserts() {
+            return Err(IndexError::Invalid(
+                "this navis index was built over an empty table and has no trained \
+                 quantizer, so it cannot take rows yet: load rows first and build the index \
+                 then (or REINDEX it after loading)"
+                    .into(),
+            ));
+        }
+        let search = SearchParams {
+            k: params.rerank_k.max(1),
+            list: self.widened_list(params.list),
+            beam_width: params.beam_width,
+            entry_list: params.entry_list,
+            casr: params.casr_window.map_or(CasrMode::Off, CasrMode::Window),
+            record_lists: true,
+            ..SearchParams::default()
+        };
+        let writer = SideFileWriter::new(self.files())?;
+        let mut cursor = SearchCursor::new(reader, vector, search)?;
+        cursor.run_first_pass()?;
+        let mut report = InsertReport {
+            search: *cursor.counters(),
+            ..InsertReport::default()
+        };
+        let query = cursor.query().to_vec();
+        let mut vectors = VectorCache::new(self);
+        for (id, _) in cursor.explored() {
+            if let Some(v) = cursor.exact_vector(id) {
+                vectors.exact.insert(id, v.to_vec());
+            }
+        }
+        let recorded: HashMap<VertexId, (EdgeLocation, Vec<VertexId>)> = cursor
+            .explored()
+            .iter()
+            .filter_map(|&(id, _)| cursor.expanded_list(id).map(|(l, n)| (id, (l, n.to_vec()))))
+            .collect();
+        let explored = cursor.explored();
+        drop(cursor);
+
+        let max_degree = self.files().manifest().max_degree as usize;
+        let alpha = self.files().manifest().params.alpha;
+        let prune = prune_metric(self.metric());
+        let mut pool: Vec<(VertexId, f32)> = explored
+            .iter()
+            .filter(|&&(id, _)| self.is_live_undeleted(id))
+            .map(|&(id, _)| (id, prune.search_distance(&query, vectors.get(id))))
+            .collect();
+        let neighbours = robust_prune(&mut pool, alpha, max_degree, |a, b| {
+            vectors.distance(prune, a, b)
+        });
+        report.degree = neighbours.len();
+
+        let v = allocate_vertex(self.files(), locks)?;
+        report.vertex = v;
+        let prepared = (|| -> Result<(), IndexError> {
+            self.files()
+                .write_pq_code(v, &self.pq().encode(&query))?;
+            writer.write_vector_slot(v, v, &query, tid)?;
+            self.files().indirection().set_tid(v, tid)?;
+            Ok(())
+        })();
+        if let Err(e) = prepared {
+            let _ = release_vertex(self.files(), locks, v);
+            return Err(e);
+        }
+        self.files().state().count(Counter::VectorsWritten, 1);
+        vectors.exact.insert(v, query.clone());
+
+        let mut lists: Vec<VertexId> = Vec::with_capacity(neighbours.len() + 1);
+        lists.push(v);
+        lists.extend(neighbours.iter().copied());
+        let spp = self.files().edge_layout().slots_per_page();
+        let mut old_pages: Vec<u32> = Vec::new();
+        let mut published = false;
+        for group in lists.chunks(spp) {
+            let outcome = self.write_group(
+                &writer,
+                locks,
+                group,
+                v,
+                tid,
+                &neighbours,
+                &recorded,
+                &mut vectors,
+                &mut report,
+                &mut old_pages,
+            );
+            if let Err(e) = outcome {
+                if !published {
+                    let _ = release_vertex(self.files(), locks, v);
+                }
+                return Err(e);
+            }
+            published = true;
+        }
+        old_pages.sort_unstable();
+        old_pages.dedup();
+        report.pages_in_place = old_pages.len() as u64 + 1;
+        let state = self.files().state();
+        state.count(Counter::Inserts, 1);
+        state.count(
+            Counter::InsertPagesRead,
+            report.search.edge_pages_read + report.pages_reread,
+        );
+        state.count(
+            Counter::InsertVectorsLoaded,
+            report.search.rerank_vector_loads,
+        );
+        Ok(report)
+    }
+
+    /// Writes one page worth of modified lists: `group` holds the new vertex `v` (first
+    /// group only) and neighbours that get the back-edge to `v`.
+    #[allow(clippy::too_many_arguments)]
+    fn write_group(
+        &self,
+        writer: &SideFileWriter<'_>,
+        locks: &dyn WriteLocks,
+        group: &[VertexId],
+        v: VertexId,
+        tid: HeapTid,
+        v_list: &[VertexId],
+        recorded: &HashMap<VertexId, (EdgeLocation, Vec<VertexId>)>,
+        vectors: &mut VectorCache<'_>,
+        report: &mut InsertReport,
+        old_pages: &mut Vec<u32>,
+    ) -> Result<(), IndexError> {
+        let files = self.files();
+        let layout = files.edge_layout();
+        let max_degree = layout.max_degree();
+        let alpha = files.manifest().params.alpha;
+        let prune = prune_metric(self.metric());
+        let _stripes = StripeGuard::lock(locks, group);
+
+        // (vertex, its new list, where its current list is) for every list that changes.
+        let mut changes: Vec<(VertexId, Vec<VertexId>, Option<EdgeLocation>)> = Vec::new();
+        let mut page_buf = vec![0u8; PAGE_SIZE];
+        for &u in group {
+            if u == v {
+                changes.push((v, v_list.to_vec(), None));
+                continue;
+            }
+            let Some(entry) = files.indirection().entry(u) else {
+                continue; // freed since position seeking: nothing to link
+            };
+            let current: Vec<VertexId> = match recorded.get(&u) {
+                Some((loc, list)) if *loc == entry.edge => list.clone(),
+                _ => {
+                    files.read_edge_page(entry.edge.page, &mut page_buf)?;
+                    report.pages_reread += 1;
+                    match layout.slot_owned_by(&page_buf, entry.edge.slot as usize, u) {
+                        Some(slot) => slot.to_vec(),
+                        None => {
+                            return Err(IndexError::Invalid(format!(
+                                "edge slot {} of page {} does not belong to vertex {u}, \
+                                 though the indirection table points there",
+                                entry.edge.slot, entry.edge.page
+                            )))
+                        }
+                    }
+                }
+            };
+            if current.contains(&v) {
+                continue;
+            }
+            let new_list = if current.len() < max_degree {
+                let mut l = current;
+                l.push(v);
+                l
+            } else {
+                // Over the degree: prune the old list plus v from u's point of view,
+                // dropping deleted vertices on the way (they never enter new lists).
+                let from = vectors.get(u).to_vec();
+                let mut pool: Vec<(VertexId, f32)> = current
+                    .iter()
+                    .copied()
+                    .chain(std::iter::once(v))
+                    .filter(|&t| t != u && (t == v || self.is_live_undeleted(t)))
+                    .map(|t| (t, prune.search_distance(&from, vectors.get(t))))
+                    .collect();
+                robust_prune(&mut pool, alpha, max_degree, |a, b| {
+                    vectors.distance(prune, a, b)
+                })
+            };
+            changes.push((u, new_list, Some(entry.edge)));
+        }
+        if changes.is_empty() {
+            return Ok(());
+        }
+
+        let page_no = allocate_page(files, locks)?;
+        let mut page = vec![0u8; PAGE_SIZE];
+        layout.init_page(&mut page, page_no);
+        for (slot, (u, list, _)) in changes.iter().enumerate() {
+            layout.put_slot(&mut page, slot, *u, list)?;
+        }
+        layout.seal(&mut page);
+        // Counted live before anything points here, so that no relocation away from this
+        // page can see the count below the truth.
+        files
+            .state()
+            .page_live(page_no)
+            .store(changes.len() as u32, Ordering::Release);
+        if let Err(e) = writer.write_edge_page(page_no, &page) {
+            // Nothing points at the page: hand it back by retiring its counted lists.
+            for _ in 0..changes.len() {
+                let _ = retire_slot(files, locks, page_no);
+            }
+            return Err(e.into());
+        }
+        let state = files.state();
+        state.count(Counter::EdgePagesWritten, 1);
+        state.count(Counter::EdgeListsWritten, changes.len() as u64);
+        report.pages_written += 1;
+        report.lists_written += changes.len() as u64;
+        for (slot, (u, _, old)) in changes.iter().enumerate() {
+            let to = EdgeLocation {
+                page: page_no,
+                slot: slot as u16,
+            };
+            match old {
+                None => {
+                    files.indirection().publish(
+                        *u,
+                        IndirEntry {
+                            edge: to,
+                            tid,
+                            flags: FLAG_LIVE,
+                        },
+                    )?;
+                    state.add(Field::Published, 1);
+                }
+                Some(_) => {
+                    let previous = files.indirection().relocate_edges(*u, to)?;
+                    old_pages.push(previous.page);
+                    retire_slot(files, locks, previous.page)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Vectors an insert prunes with: exact where position seeking loaded them (and the new
+/// vector itself), PQ reconstructions otherwise, each computed once.
+struct VectorCache<'a> {
+    index: &'a Index,
+    exact: HashMap<VertexId, Vec<f32>>,
+    deflated: HashMap<VertexId, Vec<f32>>,
+}
+
+impl<'a> VectorCache<'a> {
+    fn new(index: &'a Index) -> Self {
+        VectorCache {
+            index,
+            exact: HashMap::new(),
+            deflated: HashMap::new(),
+        }
+    }
+
+    fn get(&mut self, id: VertexId) -> &[f32] {
+        self.ensure(id);
+        self.peek(id)
+    }
+
+    fn ensure(&mut self, id: VertexId) {
+        if self.exact.contains_key(&id) || self.deflated.contains_key(&id) {
+            return;
+        }
+        let index = self.index;
+        let v = match index.files().pq_code(id) {
+            Some(code) => index.pq().reconstruct(code),
+            None => vec![f32::INFINITY; index.dim()],
+        };
+        self.deflated.insert(id, v);
+    }
+
+    fn peek(&self, id: VertexId) -> &[f32] {
+        self.exact
+            .get(&id)
+            .or_else(|| self.deflated.get(&id))
+            .expect("ensured")
+    }
+
+    fn distance(&mut self, metric: Metric, a: VertexId, b: VertexId) -> f32 {
+        self.ensure(a);
+        self.ensure(b);
+        metric.search_distance(self.peek(a), self.peek(b))
+    }
+}

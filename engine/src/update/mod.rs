@@ -1,0 +1,17 @@
+//! Changing an index after its build, from many processes at once: inserts (NAVIS position
+//! seeking and out-of-place edge-list writes), lazy deletes and their consolidation, the
+//! allocator and its recovery, and structural verification.
+//!
+//! Shared state lives in the memory-mapped side files (the indirection table, the PQ codes,
+//! `state.dat`); the caller supplies the locks ([`locks::WriteLocks`]). See
+//! docs/architecture.md for how the PostgreSQL layer wires them.
+
+pub mod alloc;
+pub mod insert;
+pub mod locks;
+pub mod verify;
+
+pub use alloc::{recover, Recovery};
+pub use insert::{InsertParams, InsertReport};
+pub use locks::{LocalLocks, WriteLocks};
+pub use verify::VerifyReport;
