@@ -70,7 +70,7 @@ impl fmt::Display for IndexError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             IndexError::Invalid(m) | IndexError::Memory(m) => f.write_str(m),
-            IndexError::Cancelled => f.write_str("index build cancelled"),
+            IndexError::Cancelled => f.write_str("navis operation cancelled"),
             IndexError::Storage(e) => write!(f, "{e}"),
             IndexError::Io(e) => write!(f, "{e}"),
         }

@@ -57,7 +57,7 @@ fn top_rows(index: &Index, queries: &[f32], k: usize) -> Vec<Vec<VertexId>> {
         .map(|q| {
             let p = SearchParams {
                 k,
-                list: index.widened_list(64),
+                list: index.widened_list(16),
                 ..search_params()
             };
             let mut cursor = SearchCursor::new(&mut reader, q, p).unwrap();
@@ -80,7 +80,15 @@ fn concurrent_inserts_and_searches_match_a_fresh_build() {
     let base_tids: Vec<HeapTid> = (0..BASE).map(tid_of).collect();
     let none = |_, _, _| {};
     let never = || false;
-    build_index(&dir, &rows[..BASE * DIM], &base_tids, &params(), &none, &never).unwrap();
+    build_index(
+        &dir,
+        &rows[..BASE * DIM],
+        &base_tids,
+        &params(),
+        &none,
+        &never,
+    )
+    .unwrap();
 
     let locks = LocalLocks::new(64);
     let opened = Index::open(&dir).unwrap();
@@ -110,7 +118,13 @@ fn concurrent_inserts_and_searches_match_a_fresh_build() {
                     };
                     let vector = &rows[row * DIM..(row + 1) * DIM];
                     let report = index
-                        .insert(&mut reader, &locks, vector, tid_of(row), InsertParams::default())
+                        .insert(
+                            &mut reader,
+                            &locks,
+                            vector,
+                            tid_of(row),
+                            InsertParams::default(),
+                        )
                         .unwrap();
                     assert!(report.degree >= 1);
                     // Out of place, packed: one page per slots_per_page modified lists.
@@ -154,9 +168,20 @@ fn concurrent_inserts_and_searches_match_a_fresh_build() {
     let mut reader = index.reader().unwrap();
     for row in BASE..BASE + INSERTED {
         let q = &rows[row * DIM..(row + 1) * DIM];
-        let p = SearchParams { k: 1, ..search_params() };
-        let hit = SearchCursor::new(&mut reader, q, p).unwrap().next_hit().unwrap().unwrap();
-        assert!(hit.distance <= 1e-6, "row {row} found at distance {}", hit.distance);
+        let p = SearchParams {
+            k: 1,
+            ..search_params()
+        };
+        let hit = SearchCursor::new(&mut reader, q, p)
+            .unwrap()
+            .next_hit()
+            .unwrap()
+            .unwrap();
+        assert!(
+            hit.distance <= 1e-6,
+            "row {row} found at distance {}",
+            hit.distance
+        );
     }
 
     // Recall against exact results is within a point of a fresh build over the same rows.
@@ -191,21 +216,39 @@ fn recovery_reclaims_what_a_crash_left_half_done() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("idx");
     let tids: Vec<HeapTid> = (0..500).map(tid_of).collect();
-    build_index(&dir, &data[..500 * DIM], &tids, &params(), &|_, _, _| {}, &|| false).unwrap();
+    build_index(
+        &dir,
+        &data[..500 * DIM],
+        &tids,
+        &params(),
+        &|_, _, _| {},
+        &|| false,
+    )
+    .unwrap();
     let locks = LocalLocks::new(16);
     let index = Index::open(&dir).unwrap();
     recover(index.files(), &locks, 1).unwrap();
     let mut reader = index.reader().unwrap();
     for row in 500..550 {
         index
-            .insert(&mut reader, &locks, &data[row * DIM..][..DIM], tid_of(row), InsertParams::default())
+            .insert(
+                &mut reader,
+                &locks,
+                &data[row * DIM..][..DIM],
+                tid_of(row),
+                InsertParams::default(),
+            )
             .unwrap();
     }
     // A "crash" between allocation and publication: an id and a page handed out, never used.
-    let leaked_vertex = navis_engine::update::alloc::allocate_vertex(index.files(), &locks).unwrap();
+    let leaked_vertex =
+        navis_engine::update::alloc::allocate_vertex(index.files(), &locks).unwrap();
     let leaked_page = navis_engine::update::alloc::allocate_page(index.files(), &locks).unwrap();
     let before = index.verify().unwrap();
-    assert!(!before.is_clean(), "the leaked page is not on the free list yet");
+    assert!(
+        !before.is_clean(),
+        "the leaked page is not on the free list yet"
+    );
     drop(reader);
     drop(index);
 
@@ -223,4 +266,181 @@ fn recovery_reclaims_what_a_crash_left_half_done() {
         leaked_vertex
     );
     let _ = leaked_page;
+}
+
+fn file_sizes(dir: &std::path::Path) -> (u64, u64, u64) {
+    let len = |name: &str| std::fs::metadata(dir.join(name)).unwrap().len();
+    (len("edges.dat"), len("vectors.dat"), len("indirection.dat"))
+}
+
+#[test]
+fn deletes_are_never_returned_and_consolidation_frees_and_repairs() {
+    let n = 2000;
+    let data = synthetic_clustered(n + NQ, DIM, 16, 21);
+    let (rows, queries) = data.split_at(n * DIM);
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("idx");
+    let tids: Vec<HeapTid> = (0..n).map(tid_of).collect();
+    build_index(&dir, rows, &tids, &params(), &|_, _, _| {}, &|| false).unwrap();
+    let locks = LocalLocks::new(64);
+    let index = Index::open(&dir).unwrap();
+    recover(index.files(), &locks, EPOCH).unwrap();
+
+    // Delete every third row: searches skip them at once, before any consolidation.
+    let dead = |row: usize| row % 3 == 0;
+    let report = index
+        .bulk_delete(|tid| dead(row_of(tid)), &|| false)
+        .unwrap();
+    assert_eq!(report.newly_deleted as usize, n.div_ceil(3));
+    assert_eq!(report.live as usize, n - n.div_ceil(3));
+    assert_eq!(
+        index.widened_list(64),
+        (64.0f64 / (1.0 - index.deleted_fraction())).ceil() as usize + 10
+    );
+    let survivors: Vec<usize> = (0..n).filter(|&r| !dead(r)).collect();
+    let live_rows: Vec<f32> = survivors
+        .iter()
+        .flat_map(|&r| rows[r * DIM..(r + 1) * DIM].to_vec())
+        .collect();
+    let truth: Vec<Vec<VertexId>> = brute_force_knn(&live_rows, DIM, queries, 10, Metric::L2, 2)
+        .into_iter()
+        .map(|l| {
+            l.into_iter()
+                .map(|i| survivors[i as usize] as VertexId)
+                .collect()
+        })
+        .collect();
+    let found = top_rows(&index, queries, 10);
+    assert!(
+        found.iter().flatten().all(|&r| !dead(r as usize)),
+        "a deleted row was returned"
+    );
+    let lazy_recall = recall_at_k(&found, &truth, 10);
+
+    // A second pass marks nothing new; cancellation stops a pass with an error.
+    assert_eq!(
+        index
+            .bulk_delete(|tid| dead(row_of(tid)), &|| false)
+            .unwrap()
+            .newly_deleted,
+        0
+    );
+    assert!(index.bulk_delete(|_| true, &|| true).is_err());
+    assert_eq!(index.deleted_len(), n.div_ceil(3));
+
+    let before = index.verify().unwrap();
+    assert!(before.edges_to_deleted > 0);
+    let c = index.consolidate(&locks, &|| false).unwrap();
+    assert!(c.lists_repaired > 0);
+    assert_eq!(c.vertices_freed + c.vertices_kept, n.div_ceil(3) as u64);
+    let after = index.verify().unwrap();
+    assert!(after.is_clean(), "{after:?}");
+    assert_eq!(after.vertices, (n - c.vertices_freed as usize) as u64);
+    assert_eq!(after.free_vertices, c.vertices_freed);
+    assert_eq!(after.dangling_edges, 0);
+    // Only edges to the few deleted entry points remain.
+    assert!(
+        after.edges_to_deleted < before.edges_to_deleted / 10,
+        "{after:?}"
+    );
+    let found = top_rows(&index, queries, 10);
+    assert!(found.iter().flatten().all(|&r| !dead(r as usize)));
+    let repaired_recall = recall_at_k(&found, &truth, 10);
+    eprintln!("recall@10 lazily deleted {lazy_recall:.3}, after consolidation {repaired_recall:.3}, {c:?}");
+    assert!(
+        repaired_recall >= lazy_recall - 0.02,
+        "{repaired_recall} vs {lazy_recall}"
+    );
+
+    // Freed ids are reused by inserts, with their vector slots.
+    let vectors_before = file_sizes(&dir).1;
+    let mut reader = index.reader().unwrap();
+    for row in 0..50 {
+        let r = index
+            .insert(
+                &mut reader,
+                &locks,
+                &rows[row * DIM..][..DIM],
+                tid_of(n + row),
+                InsertParams::default(),
+            )
+            .unwrap();
+        assert!((r.vertex as usize) < n, "id {} was not reused", r.vertex);
+    }
+    assert_eq!(file_sizes(&dir).1, vectors_before);
+    assert!(index.verify().unwrap().is_clean());
+}
+
+#[test]
+fn sliding_window_keeps_files_bounded_and_recall_steady() {
+    let window = 1200;
+    let step = 300;
+    let rounds = 6;
+    let total = window + step * rounds;
+    let data = synthetic_clustered(total + NQ, DIM, 16, 31);
+    let (rows, queries) = data.split_at(total * DIM);
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("idx");
+    let tids: Vec<HeapTid> = (0..window).map(tid_of).collect();
+    build_index(
+        &dir,
+        &rows[..window * DIM],
+        &tids,
+        &params(),
+        &|_, _, _| {},
+        &|| false,
+    )
+    .unwrap();
+    let locks = LocalLocks::new(64);
+    let index = Index::open(&dir).unwrap();
+    recover(index.files(), &locks, EPOCH).unwrap();
+    let mut reader = index.reader().unwrap();
+    let mut sizes = Vec::new();
+    let mut recalls = Vec::new();
+    for round in 0..rounds {
+        let (lo, hi) = (window + round * step, window + (round + 1) * step);
+        for row in lo..hi {
+            index
+                .insert(
+                    &mut reader,
+                    &locks,
+                    &rows[row * DIM..][..DIM],
+                    tid_of(row),
+                    InsertParams::default(),
+                )
+                .unwrap();
+        }
+        // Delete the oldest rows so that `window` remain, then VACUUM.
+        let oldest_live = hi - window;
+        index
+            .bulk_delete(|tid| row_of(tid) < oldest_live, &|| false)
+            .unwrap();
+        if index.deleted_fraction() >= 0.1 {
+            index.consolidate(&locks, &|| false).unwrap();
+        }
+        let report = index.verify().unwrap();
+        assert!(report.is_clean(), "round {round}: {report:?}");
+        let present = &rows[oldest_live * DIM..hi * DIM];
+        let truth: Vec<Vec<VertexId>> = brute_force_knn(present, DIM, queries, 10, Metric::L2, 2)
+            .into_iter()
+            .map(|l| {
+                l.into_iter()
+                    .map(|i| (i as usize + oldest_live) as VertexId)
+                    .collect()
+            })
+            .collect();
+        recalls.push(recall_at_k(&top_rows(&index, queries, 10), &truth, 10));
+        sizes.push(file_sizes(&dir));
+    }
+    eprintln!("sliding window: recall {recalls:?}, sizes (edges, vectors, indirection) {sizes:?}");
+    let (first, last) = (sizes[1], sizes[rounds - 1]);
+    // After the first round has settled, nothing keeps growing.
+    assert!(last.1 <= first.1, "vector file grew: {sizes:?}");
+    assert!(last.2 <= first.2, "indirection grew: {sizes:?}");
+    assert!(
+        last.0 <= first.0 + first.0 / 2,
+        "edge file kept growing: {sizes:?}"
+    );
+    let min = recalls.iter().cloned().fold(1.0, f64::min);
+    assert!(min >= recalls[0] - 0.03, "recall drifted: {recalls:?}");
 }

@@ -22,7 +22,10 @@ use std::sync::atomic::Ordering;
 
 /// A vertex id for a new vertex: a freed one when there is one (its vector slot and PQ code
 /// are reused with it), else the next id, growing the files as needed.
-pub fn allocate_vertex(files: &IndexFiles, locks: &dyn WriteLocks) -> Result<VertexId, StorageError> {
+pub fn allocate_vertex(
+    files: &IndexFiles,
+    locks: &dyn WriteLocks,
+) -> Result<VertexId, StorageError> {
     let _guard = AllocatorGuard::lock(locks);
     let state = files.state();
     let head = state.get(Field::FreeVertexHead);
@@ -79,7 +82,11 @@ pub fn allocate_page(files: &IndexFiles, locks: &dyn WriteLocks) -> Result<u32, 
 
 /// One edge list on `page` stopped being current (it moved, or its vertex was freed). The
 /// page goes back to the free list with its last live list.
-pub fn retire_slot(files: &IndexFiles, locks: &dyn WriteLocks, page: u32) -> Result<(), StorageError> {
+pub fn retire_slot(
+    files: &IndexFiles,
+    locks: &dyn WriteLocks,
+    page: u32,
+) -> Result<(), StorageError> {
     let state = files.state();
     if page >= state.get(Field::EdgePages) {
         return Err(StorageError::invalid(format!(

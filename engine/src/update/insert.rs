@@ -22,19 +22,19 @@
 //! the index is consistent at every step (a missing back-edge costs recall, not
 //! correctness).
 
-use super::alloc::{allocate_page, allocate_vertex, release_vertex, retire_slot};
+use super::alloc::{allocate_vertex, release_vertex};
 use super::locks::{StripeGuard, WriteLocks};
+use super::write::{read_current_list, write_lists, ListChange};
 use crate::counters::SearchCounters;
 use crate::distance::Metric;
 use crate::graph::prune::robust_prune;
 use crate::graph::vamana::prune_metric;
 use crate::index::{DiskReader, Index, IndexError};
 use crate::search::{CasrMode, SearchCursor, SearchParams};
-use crate::storage::state::{Counter, Field};
-use crate::storage::{EdgeLocation, HeapTid, IndirEntry, SideFileWriter, FLAG_LIVE, PAGE_SIZE};
+use crate::storage::state::Counter;
+use crate::storage::{EdgeLocation, HeapTid, SideFileWriter, PAGE_SIZE};
 use crate::VertexId;
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
 
 /// Parameters of one insert.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -144,8 +144,7 @@ impl Index {
         let v = allocate_vertex(self.files(), locks)?;
         report.vertex = v;
         let prepared = (|| -> Result<(), IndexError> {
-            self.files()
-                .write_pq_code(v, &self.pq().encode(&query))?;
+            self.files().write_pq_code(v, &self.pq().encode(&query))?;
             writer.write_vector_slot(v, v, &query, tid)?;
             self.files().indirection().set_tid(v, tid)?;
             Ok(())
@@ -223,12 +222,15 @@ impl Index {
         let prune = prune_metric(self.metric());
         let _stripes = StripeGuard::lock(locks, group);
 
-        // (vertex, its new list, where its current list is) for every list that changes.
-        let mut changes: Vec<(VertexId, Vec<VertexId>, Option<EdgeLocation>)> = Vec::new();
+        let mut changes: Vec<ListChange> = Vec::new();
         let mut page_buf = vec![0u8; PAGE_SIZE];
         for &u in group {
             if u == v {
-                changes.push((v, v_list.to_vec(), None));
+                changes.push(ListChange {
+                    vertex: v,
+                    list: v_list.to_vec(),
+                    old: None,
+                });
                 continue;
             }
             let Some(entry) = files.indirection().entry(u) else {
@@ -237,18 +239,8 @@ impl Index {
             let current: Vec<VertexId> = match recorded.get(&u) {
                 Some((loc, list)) if *loc == entry.edge => list.clone(),
                 _ => {
-                    files.read_edge_page(entry.edge.page, &mut page_buf)?;
                     report.pages_reread += 1;
-                    match layout.slot_owned_by(&page_buf, entry.edge.slot as usize, u) {
-                        Some(slot) => slot.to_vec(),
-                        None => {
-                            return Err(IndexError::Invalid(format!(
-                                "edge slot {} of page {} does not belong to vertex {u}, \
-                                 though the indirection table points there",
-                                entry.edge.slot, entry.edge.page
-                            )))
-                        }
-                    }
+                    read_current_list(files, u, entry.edge, &mut page_buf)?
                 }
             };
             if current.contains(&v) {
@@ -273,61 +265,20 @@ impl Index {
                     vectors.distance(prune, a, b)
                 })
             };
-            changes.push((u, new_list, Some(entry.edge)));
+            changes.push(ListChange {
+                vertex: u,
+                list: new_list,
+                old: Some(entry.edge),
+            });
         }
         if changes.is_empty() {
             return Ok(());
         }
 
-        let page_no = allocate_page(files, locks)?;
-        let mut page = vec![0u8; PAGE_SIZE];
-        layout.init_page(&mut page, page_no);
-        for (slot, (u, list, _)) in changes.iter().enumerate() {
-            layout.put_slot(&mut page, slot, *u, list)?;
-        }
-        layout.seal(&mut page);
-        // Counted live before anything points here, so that no relocation away from this
-        // page can see the count below the truth.
-        files
-            .state()
-            .page_live(page_no)
-            .store(changes.len() as u32, Ordering::Release);
-        if let Err(e) = writer.write_edge_page(page_no, &page) {
-            // Nothing points at the page: hand it back by retiring its counted lists.
-            for _ in 0..changes.len() {
-                let _ = retire_slot(files, locks, page_no);
-            }
-            return Err(e.into());
-        }
-        let state = files.state();
-        state.count(Counter::EdgePagesWritten, 1);
-        state.count(Counter::EdgeListsWritten, changes.len() as u64);
+        write_lists(files, writer, locks, &changes, tid)?;
         report.pages_written += 1;
         report.lists_written += changes.len() as u64;
-        for (slot, (u, _, old)) in changes.iter().enumerate() {
-            let to = EdgeLocation {
-                page: page_no,
-                slot: slot as u16,
-            };
-            match old {
-                None => {
-                    files.indirection().publish(
-                        *u,
-                        IndirEntry {
-                            edge: to,
-                            tid,
-                            flags: FLAG_LIVE,
-                        },
-                    )?;
-                    state.add(Field::Published, 1);
-                }
-                Some(_) => {
-                    let previous = files.indirection().relocate_edges(*u, to)?;
-                    old_pages.push(previous.page);
-                    retire_slot(files, locks, previous.page)?;
-                }
-            }
-        }
+        old_pages.extend(changes.iter().filter_map(|c| c.old).map(|l| l.page));
         Ok(())
     }
 }

@@ -83,7 +83,9 @@ pub struct LocalLocks {
 impl LocalLocks {
     pub fn new(stripes: usize) -> LocalLocks {
         LocalLocks {
-            stripes: (0..stripes.max(1)).map(|_| AtomicBool::new(false)).collect(),
+            stripes: (0..stripes.max(1))
+                .map(|_| AtomicBool::new(false))
+                .collect(),
             allocator: AtomicBool::new(false),
         }
     }

@@ -9,9 +9,12 @@
 pub mod alloc;
 pub mod insert;
 pub mod locks;
+pub mod vacuum;
 pub mod verify;
+pub mod write;
 
 pub use alloc::{recover, Recovery};
 pub use insert::{InsertParams, InsertReport};
 pub use locks::{LocalLocks, WriteLocks};
+pub use vacuum::{BulkDeleteReport, ConsolidateReport};
 pub use verify::VerifyReport;

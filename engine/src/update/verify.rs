@@ -82,7 +82,9 @@ impl Index {
             report.deleted += entry.is_deleted() as u64;
             let EdgeLocation { page: p, slot } = entry.edge;
             if p as usize >= file_pages || p as usize >= edge_pages {
-                report.problem(format!("vertex {v} points at edge page {p}, beyond the file"));
+                report.problem(format!(
+                    "vertex {v} points at edge page {p}, beyond the file"
+                ));
                 continue;
             }
             live_per_page[p as usize] += 1;

@@ -1,0 +1,473 @@
+//! Lazy deletes and their consolidation (VACUUM).
+//!
+//! [`Index::bulk_delete`] (`ambulkdelete`) only sets the deleted flag of vertices whose heap
+//! tuples are dead: they stay traversable, so the graph keeps its paths, but searches never
+//! return them, never start from them, and inserts never link to them; searches and inserts
+//! widen their lists for the deleted share (NAVIS).
+//!
+//! NAVIS never reclaims that space. [`Index::consolidate`] (`amvacuumcleanup`, once the
+//! deleted share passes a threshold) does, in the manner of FreshDiskANN's delete phase:
+//! 1. one sequential pass over the edge file finds the current lists of deleted vertices and
+//!    of the live vertices that point at them;
+//! 2. each such live list is repaired: its deleted neighbours are replaced by their own
+//!    undeleted neighbours, and RobustPrune (PQ-reconstructed vectors, no vector reads) cuts
+//!    the result to the degree; repaired lists are written out of place like an insert's;
+//! 3. the deleted vertices are freed: their ids (with vector slots and PQ codes) go on the
+//!    free-vertex list, their edge slots are retired;
+//! 4. pages left less than half full are compacted: their current lists move, unchanged, to
+//!    fresh dense pages, and the emptied pages join the free-page list.
+//!
+//! The cost is one read of the edge file plus writes proportional to the repaired lists; the
+//! entrance-graph vertices and the medoid are kept (deleted but traversable), as entry points
+//! that other backends may hold. Consolidation checks `cancel` between batches; an
+//! interruption leaves a consistent index with part of the work done.
+
+use super::alloc::release_vertex;
+use super::alloc::retire_slot;
+use super::locks::{StripeGuard, WriteLocks};
+use super::write::{read_current_list, write_lists, ListChange};
+use crate::graph::prune::robust_prune;
+use crate::graph::vamana::prune_metric;
+use crate::index::{Index, IndexError};
+use crate::storage::state::{Counter, Field};
+use crate::storage::{EdgeLocation, HeapTid, SideFileWriter, PAGE_SIZE};
+use crate::VertexId;
+use std::collections::{HashMap, HashSet};
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::Ordering;
+
+/// Vertices between cancellation checks in table scans.
+const CHECK_EVERY: usize = 4096;
+/// Pages per read of the consolidation pass.
+const SCAN_PAGES: usize = 256;
+
+struct RepairScan {
+    deleted_lists: HashMap<VertexId, Vec<VertexId>>,
+    to_repair: Vec<VertexId>,
+    in_degree: Vec<u32>,
+}
+
+/// What [`Index::bulk_delete`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BulkDeleteReport {
+    /// Published vertices examined.
+    pub scanned: u64,
+    /// Vertices this call marked deleted.
+    pub newly_deleted: u64,
+    /// Vertices carrying the flag afterwards (this call's and earlier ones).
+    pub deleted: u64,
+    /// Vertices a search can return afterwards.
+    pub live: u64,
+}
+
+/// What [`Index::consolidate`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ConsolidateReport {
+    pub edge_pages_read: u64,
+    pub lists_repaired: u64,
+    pub vertices_freed: u64,
+    /// Deleted vertices kept as entry points.
+    pub vertices_kept: u64,
+    pub lists_compacted: u64,
+    /// Live vertices left without in-edges by the repairs, linked from a neighbour.
+    pub orphans_linked: u64,
+    pub pages_written: u64,
+    pub free_pages_after: u64,
+}
+
+fn interrupted() -> IndexError {
+    IndexError::Cancelled
+}
+
+impl Index {
+    /// Marks every published vertex whose heap TID `is_dead` says is dead. Calls `cancel`
+    /// every few thousand vertices and stops with [`IndexError::Cancelled`] when it says so
+    /// (the vertices marked so far stay marked; a later VACUUM finds the rest).
+    pub fn bulk_delete(
+        &self,
+        mut is_dead: impl FnMut(HeapTid) -> bool,
+        cancel: &dyn Fn() -> bool,
+    ) -> Result<BulkDeleteReport, IndexError> {
+        let files = self.files();
+        let table = files.indirection();
+        let state = files.state();
+        let mut report = BulkDeleteReport::default();
+        let end = (state.get(Field::NextVertex) as usize).min(table.capacity());
+        for v in 0..end {
+            if v % CHECK_EVERY == 0 && cancel() {
+                return Err(interrupted());
+            }
+            let Some(entry) = table.entry(v as VertexId) else {
+                continue;
+            };
+            report.scanned += 1;
+            if entry.is_deleted() || !is_dead(entry.tid) {
+                continue;
+            }
+            if !table.mark_deleted(v as VertexId)? {
+                state.add(Field::Deleted, 1);
+                report.newly_deleted += 1;
+            }
+        }
+        report.deleted = self.deleted_len() as u64;
+        report.live = self.live_len() as u64;
+        Ok(report)
+    }
+
+    /// Repairs the lists that point at deleted vertices, frees those vertices, and compacts
+    /// sparse pages (module comment). `locks` must be the index's writer locks.
+    pub fn consolidate(
+        &self,
+        locks: &dyn WriteLocks,
+        cancel: &dyn Fn() -> bool,
+    ) -> Result<ConsolidateReport, IndexError> {
+        let files = self.files();
+        let table = files.indirection();
+        let state = files.state();
+        let writer = SideFileWriter::new(files)?;
+        let mut report = ConsolidateReport::default();
+        let next_vertex = (state.get(Field::NextVertex) as usize).min(table.capacity());
+
+        // Deleted vertices to free; entry points stay.
+        let mut kept: HashSet<VertexId> = self.entrance().ids().iter().copied().collect();
+        kept.insert(files.manifest().medoid);
+        let mut doomed = vec![false; next_vertex];
+        for v in 0..next_vertex {
+            if table.entry(v as VertexId).is_some_and(|e| e.is_deleted()) {
+                if kept.contains(&(v as VertexId)) {
+                    report.vertices_kept += 1;
+                } else {
+                    doomed[v] = true;
+                }
+            }
+        }
+        let is_doomed = |v: VertexId| doomed.get(v as usize).copied().unwrap_or(false);
+
+        // 1. One pass over the edge file.
+        let scan = self.scan_for_repairs(&is_doomed, next_vertex, cancel, &mut report)?;
+        let (deleted_lists, to_repair, mut in_degree) =
+            (scan.deleted_lists, scan.to_repair, scan.in_degree);
+
+        // 2. Repair, one page of lists at a time.
+        let spp = files.edge_layout().slots_per_page();
+        let max_degree = files.edge_layout().max_degree();
+        let alpha = files.manifest().params.alpha;
+        let prune = prune_metric(self.metric());
+        let mut deflated: HashMap<VertexId, Vec<f32>> = HashMap::new();
+        let mut page_buf = vec![0u8; PAGE_SIZE];
+        for group in to_repair.chunks(spp) {
+            if cancel() {
+                return Err(interrupted());
+            }
+            let _stripes = StripeGuard::lock(locks, group);
+            let mut changes = Vec::with_capacity(group.len());
+            for &u in group {
+                let Some(entry) = table.entry(u) else {
+                    continue;
+                };
+                let current = read_current_list(files, u, entry.edge, &mut page_buf)?;
+                if !current.iter().any(|&w| is_doomed(w)) {
+                    continue;
+                }
+                let mut pool: Vec<VertexId> = Vec::new();
+                for &w in &current {
+                    if is_doomed(w) {
+                        pool.extend(deleted_lists.get(&w).into_iter().flatten().copied());
+                    } else {
+                        pool.push(w);
+                    }
+                }
+                pool.retain(|&w| w != u && !is_doomed(w) && table.entry(w).is_some());
+                pool.sort_unstable();
+                pool.dedup();
+                let list = if pool.len() <= max_degree {
+                    pool
+                } else {
+                    let from = self.deflated(&mut deflated, u);
+                    let mut scored: Vec<(VertexId, f32)> = pool
+                        .iter()
+                        .map(|&w| {
+                            (
+                                w,
+                                prune.search_distance(&from, &self.deflated(&mut deflated, w)),
+                            )
+                        })
+                        .collect();
+                    robust_prune(&mut scored, alpha, max_degree, |a, b| {
+                        let (va, vb) = (
+                            self.deflated(&mut deflated, a),
+                            self.deflated(&mut deflated, b),
+                        );
+                        prune.search_distance(&va, &vb)
+                    })
+                };
+                for &w in &current {
+                    if let Some(d) = in_degree.get_mut(w as usize) {
+                        *d = d.saturating_sub(!is_doomed(w) as u32);
+                    }
+                }
+                for &w in &list {
+                    if let Some(d) = in_degree.get_mut(w as usize) {
+                        *d += 1;
+                    }
+                }
+                changes.push(ListChange {
+                    vertex: u,
+                    list,
+                    old: Some(entry.edge),
+                });
+            }
+            if !changes.is_empty() {
+                write_lists(files, &writer, locks, &changes, HeapTid::default())?;
+                report.pages_written += 1;
+                report.lists_repaired += changes.len() as u64;
+            }
+        }
+        // Vertices whose every in-edge came from deleted vertices, and that the repairs did
+        // not pick up, would be unreachable: link each from its nearest live neighbour.
+        for w in 0..next_vertex as VertexId {
+            if in_degree[w as usize] == 0
+                && !kept.contains(&w)
+                && !is_doomed(w)
+                && self.is_live_undeleted(w)
+            {
+                if cancel() {
+                    return Err(interrupted());
+                }
+                if self.link_orphan(&writer, locks, w, &is_doomed, &mut page_buf)? {
+                    report.orphans_linked += 1;
+                    report.pages_written += 1;
+                }
+            }
+        }
+        state.count(Counter::ListsRepaired, report.lists_repaired);
+
+        // 3. Free the deleted vertices.
+        for v in (0..next_vertex as VertexId).filter(|&v| is_doomed(v)) {
+            if v as usize % CHECK_EVERY == 0 && cancel() {
+                return Err(interrupted());
+            }
+            let _stripe = StripeGuard::lock(locks, &[v]);
+            let Some(entry) = table.entry(v) else {
+                continue;
+            };
+            release_vertex(files, locks, v)?;
+            retire_slot(files, locks, entry.edge.page)?;
+            state.add(Field::Published, -1);
+            state.add(Field::Deleted, -1);
+            report.vertices_freed += 1;
+        }
+        state.count(Counter::VerticesFreed, report.vertices_freed);
+
+        // 4. Compact pages left less than half full.
+        self.compact(&writer, locks, cancel, &mut report)?;
+        state.count(Counter::ListsCompacted, report.lists_compacted);
+        state.count(Counter::Consolidations, 1);
+        report.free_pages_after = state.get(Field::FreePageCount) as u64;
+        Ok(report)
+    }
+
+    /// The current lists of doomed vertices, the live vertices whose current list points at
+    /// one, and every vertex's in-degree from undoomed lists, from one sequential pass over
+    /// the edge file.
+    fn scan_for_repairs(
+        &self,
+        is_doomed: &dyn Fn(VertexId) -> bool,
+        next_vertex: usize,
+        cancel: &dyn Fn() -> bool,
+        report: &mut ConsolidateReport,
+    ) -> Result<RepairScan, IndexError> {
+        let files = self.files();
+        let layout = files.edge_layout();
+        let table = files.indirection();
+        let pages = files.state().get(Field::EdgePages) as usize;
+        let file = std::fs::File::open(files.edge_path())?;
+        let file_pages = (file.metadata()?.len() / PAGE_SIZE as u64) as usize;
+        let mut deleted_lists = HashMap::new();
+        let mut to_repair = Vec::new();
+        let mut in_degree = vec![0u32; next_vertex];
+        let mut buf = vec![0u8; SCAN_PAGES * PAGE_SIZE];
+        let mut first = 0;
+        while first < pages.min(file_pages) {
+            if cancel() {
+                return Err(interrupted());
+            }
+            let count = SCAN_PAGES.min(pages.min(file_pages) - first);
+            let chunk = &mut buf[..count * PAGE_SIZE];
+            file.read_exact_at(chunk, (first * PAGE_SIZE) as u64)?;
+            report.edge_pages_read += count as u64;
+            for (i, page) in chunk.chunks_exact(PAGE_SIZE).enumerate() {
+                let page_no = (first + i) as u32;
+                if files.state().page_live(page_no).load(Ordering::Acquire) == 0 {
+                    continue; // free (possibly never written, or mid-rewrite by an insert)
+                }
+                if layout.verify(&files.edge_path(), page, page_no).is_err() {
+                    continue; // being rewritten right now: it holds no list we must repair
+                }
+                for s in 0..layout.slots_per_page() {
+                    let slot = layout.slot(page, s);
+                    if slot.is_free() {
+                        continue;
+                    }
+                    let owner = slot.owner();
+                    let here = EdgeLocation {
+                        page: page_no,
+                        slot: s as u16,
+                    };
+                    if table.entry(owner).map(|e| e.edge) != Some(here) {
+                        continue; // a stale copy: the list has moved
+                    }
+                    if is_doomed(owner) {
+                        deleted_lists.insert(owner, slot.to_vec());
+                        continue;
+                    }
+                    for w in slot.neighbours() {
+                        if let Some(d) = in_degree.get_mut(w as usize) {
+                            *d += 1;
+                        }
+                    }
+                    if slot.neighbours().any(is_doomed) {
+                        to_repair.push(owner);
+                    }
+                }
+            }
+            first += count;
+        }
+        to_repair.sort_unstable();
+        Ok(RepairScan {
+            deleted_lists,
+            to_repair,
+            in_degree,
+        })
+    }
+
+    /// Adds `w` to the list of its nearest live out-neighbour (replacing that list's last,
+    /// farthest entry when full). Returns whether a list was written.
+    fn link_orphan(
+        &self,
+        writer: &SideFileWriter<'_>,
+        locks: &dyn WriteLocks,
+        w: VertexId,
+        is_doomed: &dyn Fn(VertexId) -> bool,
+        page_buf: &mut [u8],
+    ) -> Result<bool, IndexError> {
+        let files = self.files();
+        let table = files.indirection();
+        let own = {
+            let _stripe = StripeGuard::lock(locks, &[w]);
+            let Some(entry) = table.entry(w) else {
+                return Ok(false);
+            };
+            read_current_list(files, w, entry.edge, page_buf)?
+        };
+        let Some(&x) = own
+            .iter()
+            .find(|&&x| !is_doomed(x) && self.is_live_undeleted(x))
+        else {
+            return Ok(false);
+        };
+        let _stripes = StripeGuard::lock(locks, &[x]);
+        let Some(entry) = table.entry(x) else {
+            return Ok(false);
+        };
+        let mut list = read_current_list(files, x, entry.edge, page_buf)?;
+        if list.contains(&w) {
+            return Ok(false);
+        }
+        if list.len() >= files.edge_layout().max_degree() {
+            list.pop();
+        }
+        list.push(w);
+        let change = ListChange {
+            vertex: x,
+            list,
+            old: Some(entry.edge),
+        };
+        write_lists(files, writer, locks, &[change], HeapTid::default())?;
+        Ok(true)
+    }
+
+    /// Moves the current lists of pages at most half full to fresh pages.
+    fn compact(
+        &self,
+        writer: &SideFileWriter<'_>,
+        locks: &dyn WriteLocks,
+        cancel: &dyn Fn() -> bool,
+        report: &mut ConsolidateReport,
+    ) -> Result<(), IndexError> {
+        let files = self.files();
+        let layout = files.edge_layout();
+        let spp = layout.slots_per_page();
+        let state = files.state();
+        let table = files.indirection();
+        let pages = state.get(Field::EdgePages);
+        let sparse: Vec<u32> = (0..pages)
+            .filter(|&p| {
+                let live = state.page_live(p).load(Ordering::Acquire) as usize;
+                live > 0 && live * 2 <= spp
+            })
+            .collect();
+        // Moving lists off fewer than two sparse pages cannot free anything.
+        if sparse.len() < 2 {
+            return Ok(());
+        }
+        let sparse_set: HashSet<u32> = sparse.iter().copied().collect();
+        let mut movers: Vec<VertexId> = Vec::new();
+        let mut page = vec![0u8; PAGE_SIZE];
+        for &p in &sparse {
+            if files.read_edge_page(p, &mut page).is_err() {
+                continue;
+            }
+            for s in 0..spp {
+                let slot = layout.slot(&page, s);
+                if !slot.is_free()
+                    && table.entry(slot.owner()).map(|e| e.edge)
+                        == Some(EdgeLocation {
+                            page: p,
+                            slot: s as u16,
+                        })
+                {
+                    movers.push(slot.owner());
+                }
+            }
+        }
+        let mut page_buf = vec![0u8; PAGE_SIZE];
+        for group in movers.chunks(spp) {
+            if cancel() {
+                return Err(interrupted());
+            }
+            let _stripes = StripeGuard::lock(locks, group);
+            let mut changes = Vec::with_capacity(group.len());
+            for &u in group {
+                let Some(entry) = table.entry(u) else {
+                    continue;
+                };
+                if !sparse_set.contains(&entry.edge.page) {
+                    continue; // moved by an insert meanwhile
+                }
+                let list = read_current_list(files, u, entry.edge, &mut page_buf)?;
+                changes.push(ListChange {
+                    vertex: u,
+                    list,
+                    old: Some(entry.edge),
+                });
+            }
+            if !changes.is_empty() {
+                write_lists(files, writer, locks, &changes, HeapTid::default())?;
+                report.pages_written += 1;
+                report.lists_compacted += changes.len() as u64;
+            }
+        }
+        Ok(())
+    }
+
+    fn deflated(&self, cache: &mut HashMap<VertexId, Vec<f32>>, v: VertexId) -> Vec<f32> {
+        cache
+            .entry(v)
+            .or_insert_with(|| match self.files().pq_code(v) {
+                Some(code) => self.pq().reconstruct(code),
+                None => vec![f32::INFINITY; self.dim()],
+            })
+            .clone()
+    }
+}

@@ -1,0 +1,108 @@
+//! The one way an edge list changes after the build: written into a slot of a freshly
+//! allocated page together with the other lists of the same writer, then published (a new
+//! vertex) or relocated (an existing one) through the indirection table, and the slot it left
+//! retired. Callers hold the stripes of every vertex in the batch.
+
+use super::alloc::{allocate_page, retire_slot};
+use super::locks::WriteLocks;
+use crate::index::IndexError;
+use crate::storage::state::{Counter, Field};
+use crate::storage::{
+    EdgeLocation, HeapTid, IndexFiles, IndirEntry, SideFileWriter, FLAG_LIVE, PAGE_SIZE,
+};
+use crate::VertexId;
+use std::sync::atomic::Ordering;
+
+/// One list to write: the vertex, its new neighbours, and where its current list is (`None`
+/// for a vertex being published now).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ListChange {
+    pub vertex: VertexId,
+    pub list: Vec<VertexId>,
+    pub old: Option<EdgeLocation>,
+}
+
+/// Writes `changes` (at most `slots_per_page` of them) to one fresh page and makes them
+/// current; a vertex without `old` is published with `tid`. Returns the page number.
+pub fn write_lists(
+    files: &IndexFiles,
+    writer: &SideFileWriter<'_>,
+    locks: &dyn WriteLocks,
+    changes: &[ListChange],
+    tid: HeapTid,
+) -> Result<u32, IndexError> {
+    let layout = files.edge_layout();
+    if changes.is_empty() || changes.len() > layout.slots_per_page() {
+        return Err(IndexError::Invalid(format!(
+            "{} edge lists do not fit one page of {} slots",
+            changes.len(),
+            layout.slots_per_page()
+        )));
+    }
+    let page_no = allocate_page(files, locks)?;
+    let mut page = vec![0u8; PAGE_SIZE];
+    layout.init_page(&mut page, page_no);
+    for (slot, change) in changes.iter().enumerate() {
+        layout.put_slot(&mut page, slot, change.vertex, &change.list)?;
+    }
+    layout.seal(&mut page);
+    let state = files.state();
+    // Counted live before anything points here, so that no relocation away from this page
+    // can see its count below the truth.
+    state
+        .page_live(page_no)
+        .store(changes.len() as u32, Ordering::Release);
+    if let Err(e) = writer.write_edge_page(page_no, &page) {
+        // Nothing points at the page: retiring its counted lists hands it back.
+        for _ in changes {
+            let _ = retire_slot(files, locks, page_no);
+        }
+        return Err(e.into());
+    }
+    state.count(Counter::EdgePagesWritten, 1);
+    state.count(Counter::EdgeListsWritten, changes.len() as u64);
+    for (slot, change) in changes.iter().enumerate() {
+        let to = EdgeLocation {
+            page: page_no,
+            slot: slot as u16,
+        };
+        match change.old {
+            None => {
+                files.indirection().publish(
+                    change.vertex,
+                    IndirEntry {
+                        edge: to,
+                        tid,
+                        flags: FLAG_LIVE,
+                    },
+                )?;
+                state.add(Field::Published, 1);
+            }
+            Some(_) => {
+                let previous = files.indirection().relocate_edges(change.vertex, to)?;
+                retire_slot(files, locks, previous.page)?;
+            }
+        }
+    }
+    Ok(page_no)
+}
+
+/// The current edge list of `v`, which the indirection table places at `at`, read with one
+/// page read into `buf`. Under `v`'s stripe the list cannot move, so a wrong owner stamp
+/// means corruption.
+pub fn read_current_list(
+    files: &IndexFiles,
+    v: VertexId,
+    at: EdgeLocation,
+    buf: &mut [u8],
+) -> Result<Vec<VertexId>, IndexError> {
+    files.read_edge_page(at.page, buf)?;
+    match files.edge_layout().slot_owned_by(buf, at.slot as usize, v) {
+        Some(slot) => Ok(slot.to_vec()),
+        None => Err(IndexError::Invalid(format!(
+            "edge slot {} of page {} does not belong to vertex {v}, though the indirection \
+             table points there",
+            at.slot, at.page
+        ))),
+    }
+}
