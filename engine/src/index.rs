@@ -843,41 +843,32 @@ impl IndexSource for DiskReader<'_> {
     ) -> io::Result<u64> {
         let layout = self.index.files.vector_layout();
         let slot_size = layout.slot_size();
-        let slots = ids
-            .iter()
-            .map(|&id| {
-                self.entry(id)
-                    .filter(IndirEntry::is_live)
-                    .map(|_| id)
-                    .ok_or_else(|| {
-                        io::Error::new(
-                            io::ErrorKind::NotFound,
-                            format!("vertex {id} has no vector"),
-                        )
-                    })
-            })
-            .collect::<io::Result<Vec<u32>>>()?;
-        self.slot_buf.resize(slots.len() * slot_size, 0);
-        let bytes = self.io.read_vectors(&slots, &mut self.slot_buf)?;
-        for ((&id, &slot_no), raw) in ids
-            .iter()
-            .zip(&slots)
-            .zip(self.slot_buf.chunks_exact(slot_size))
-        {
+        // The vector of vertex v is in slot v (ids are reused together with their slots).
+        self.slot_buf.resize(ids.len() * slot_size, 0);
+        let bytes = self.io.read_vectors(ids, &mut self.slot_buf)?;
+        for (&id, raw) in ids.iter().zip(self.slot_buf.chunks_exact(slot_size)) {
             let slot = layout.parse_slot(raw).map_err(storage_to_io)?;
-            if !slot.is_owned_by(id) {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    format!(
-                        "vector slot {slot_no} belongs to vertex {}, not {id}",
-                        slot.owner()
-                    ),
-                ));
-            }
             let at = vectors.len();
             vectors.resize(at + layout.dim(), 0.0);
-            slot.copy_vector_into(&mut vectors[at..]);
-            tids.push(slot.tid());
+            // Checked after the read: the vertex must still be a result candidate and the
+            // slot must hold the row the indirection table names. Otherwise the vertex was
+            // deleted, or freed (and maybe reused) by a consolidation since the search saw
+            // it: it is reported as vanished (NaN vector), never as someone else's row.
+            let current = self
+                .entry(id)
+                .is_some_and(|e| e.is_live() && !e.is_deleted() && e.tid == slot.tid());
+            if current && slot.is_owned_by(id) {
+                slot.copy_vector_into(&mut vectors[at..]);
+                tids.push(slot.tid());
+            } else if current {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("vector slot {id} belongs to vertex {}", slot.owner()),
+                ));
+            } else {
+                vectors[at..].fill(f32::NAN);
+                tids.push(HeapTid::default());
+            }
         }
         Ok(bytes)
     }

@@ -77,7 +77,9 @@ pub trait IndexSource {
     /// Reads edge pages `pages` into `out` (`pages.len() * PAGE_SIZE` bytes) as one batch.
     fn read_edge_pages(&mut self, pages: &[u32], out: &mut [u8]) -> io::Result<()>;
     /// Loads the vectors and heap TIDs of `ids` as one batch, appending to `vectors` and
-    /// `tids`; returns the bytes read from the device.
+    /// `tids`; returns the bytes read from the device. A vertex that stopped being a result
+    /// candidate since the search saw it (deleted, or freed by a consolidation) gets a NaN
+    /// vector, which ranks it out of the results.
     fn load_vectors(
         &mut self,
         ids: &[VertexId],
@@ -657,8 +659,8 @@ impl<'a, S: IndexSource> SearchCursor<'a, S> {
         casr::sort_by_distance(&mut scored);
         let mut new_hits = 0;
         for &(id, distance) in scored.iter().take(self.pass_k) {
-            if self.emitted.contains(&id) {
-                continue;
+            if self.emitted.contains(&id) || distance.is_nan() {
+                continue; // NaN: the vertex vanished while this search ran (load_vectors)
             }
             if distance < self.last_emitted {
                 self.order_skips += 1;
@@ -901,7 +903,10 @@ mod tests {
                         page: page as u32,
                         slot: slot as u16,
                     },
-                    tid: HeapTid { block: v as u32, offset: 1 },
+                    tid: HeapTid {
+                        block: v as u32,
+                        offset: 1,
+                    },
                     flags: FLAG_LIVE,
                 });
             }

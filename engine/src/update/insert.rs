@@ -76,6 +76,9 @@ pub struct InsertReport {
     /// Distinct pages the modified lists were on before the insert: what an in-place
     /// update would have rewritten (plus the new vertex's page).
     pub pages_in_place: u64,
+    /// With `casr_window: None`: the smallest window that would have kept this rerank's
+    /// top-K, for the caller's insert-window calibration.
+    pub calibration_sample: Option<usize>,
 }
 
 impl Index {
@@ -111,13 +114,17 @@ impl Index {
         cursor.run_first_pass()?;
         let mut report = InsertReport {
             search: *cursor.counters(),
+            calibration_sample: cursor.calibration_sample(),
             ..InsertReport::default()
         };
         let query = cursor.query().to_vec();
         let mut vectors = VectorCache::new(self);
         for (id, _) in cursor.explored() {
-            if let Some(v) = cursor.exact_vector(id) {
-                vectors.exact.insert(id, v.to_vec());
+            match cursor.exact_vector(id) {
+                Some(v) if !v[0].is_nan() => {
+                    vectors.exact.insert(id, v.to_vec());
+                }
+                _ => {}
             }
         }
         let recorded: HashMap<VertexId, (EdgeLocation, Vec<VertexId>)> = cursor
@@ -135,6 +142,7 @@ impl Index {
             .iter()
             .filter(|&&(id, _)| self.is_live_undeleted(id))
             .map(|&(id, _)| (id, prune.search_distance(&query, vectors.get(id))))
+            .filter(|(_, d)| !d.is_nan())
             .collect();
         let neighbours = robust_prune(&mut pool, alpha, max_degree, |a, b| {
             vectors.distance(prune, a, b)
