@@ -12,7 +12,7 @@
 //!
 //! The window is calibrated by [`WindowCalibrator`]: warm-up reranks load every candidate and
 //! record the smallest window that would not have stopped them early (the largest gap between
-//! consecutive top-K change positions); the window is a percentile of those (P100 for search,
+//! consecutive top-K change positions); the window is a percentile of those (P99 for search,
 //! P90 for position seeking by default).
 //!
 //! I/O is the caller's: vectors come through [`VectorLoader::load_batch`], one call per batch,
@@ -96,6 +96,21 @@ pub fn min_safe_window(change_positions: &[usize]) -> usize {
     let mut widest = 1;
     for &p in change_positions {
         widest = widest.max(p - prev);
+        prev = p;
+    }
+    widest
+}
+
+/// The smallest window with which a [`StopRule`] of floor `min_loads` reaches every change:
+/// like [`min_safe_window`], but gaps ending inside the floor cost nothing. A gap ending past
+/// the floor still counts from the previous change, because the window runs from there.
+pub fn min_safe_window_with_floor(change_positions: &[usize], min_loads: usize) -> usize {
+    let mut prev = 0;
+    let mut widest = 1;
+    for &p in change_positions {
+        if p > min_loads {
+            widest = widest.max(p - prev);
+        }
         prev = p;
     }
     widest
@@ -188,6 +203,15 @@ impl TopK {
         }
     }
 
+    /// The K-th best distance so far; infinite while the top-K is still filling.
+    fn kth(&self) -> f32 {
+        if self.items.len() < self.k {
+            f32::INFINITY
+        } else {
+            self.items[self.k - 1].0
+        }
+    }
+
     /// Inserts `(id, d)` if it belongs to the top-K; returns whether the set changed.
     fn offer(&mut self, id: VertexId, d: f32) -> bool {
         if self.items.len() == self.k {
@@ -217,8 +241,13 @@ pub struct WindowCalibrator {
 
 /// Default number of warm-up reranks per path (NAVIS `--warmup-queries 1000`).
 pub const DEFAULT_WARMUP: usize = 1000;
-/// Default percentile for search reranks.
-pub const SEARCH_PERCENTILE: f64 = 100.0;
+/// Default percentile for search reranks. The NAVIS release uses P100; P99 is the default
+/// here because the largest warm-up window is set by a handful of outlier queries: measured
+/// with `navis-bench casr-sweep` (benchmarks/results/engine.md, "Target (c)"), P99 cut the
+/// loads per rerank at L = 160 from 31% to 18% of the explored set on Fashion-MNIST and
+/// from 37% to 26% on MiniLM, losing at most 0.10 points of recall@10 there (0.15 on
+/// GloVe-50), while P98 already lost 0.21-0.22 points on MiniLM at L = 80 and 160.
+pub const SEARCH_PERCENTILE: f64 = 99.0;
 /// Default percentile for position-seeking reranks.
 pub const INSERT_PERCENTILE: f64 = 90.0;
 
@@ -241,7 +270,7 @@ impl WindowCalibrator {
         })
     }
 
-    /// Search-path defaults: 1000 warm-up reranks, P100.
+    /// Search-path defaults: 1000 warm-up reranks, P99 ([`SEARCH_PERCENTILE`]).
     pub fn for_search() -> WindowCalibrator {
         WindowCalibrator::new(DEFAULT_WARMUP, SEARCH_PERCENTILE).expect("valid defaults")
     }
@@ -291,6 +320,141 @@ pub fn percentile(samples: &mut [usize], p: f64) -> usize {
     samples.sort_unstable();
     let rank = (p * samples.len() as f64 / 100.0).ceil() as usize;
     samples[rank.clamp(1, samples.len()) - 1]
+}
+
+/// A generalised CASR stopping rule, for measuring alternatives to the plain window
+/// (`navis-bench casr-sweep`). A rerank over candidates in PQ order stops after `i` loads when
+/// `i >= min_loads` and ANY active convergence signal says the top-K is settled:
+///
+/// - `window: Some(w)`: the top-K has not changed for `w` loads (the NAVIS rule of [`rerank`]);
+/// - `pq_ratio: Some(c)`: the next candidate's PQ distance times `c` exceeds the current K-th
+///   exact distance. Candidates come in increasing PQ distance, so once this holds it holds
+///   for every later one as long as the K-th distance does not grow (it only shrinks).
+///   `c` absorbs the PQ error and is calibrated by [`max_safe_pq_ratio`]. Meaningful for
+///   non-negative distances (L2, cosine) only.
+///
+/// With neither signal every candidate is loaded. `min_loads` is a floor that lets a small
+/// window or ratio be used while the first loads (where most top-K members sit) stay certain.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct StopRule {
+    pub window: Option<usize>,
+    pub pq_ratio: Option<f32>,
+    pub min_loads: usize,
+}
+
+/// Reranks like [`rerank`] under a [`StopRule`]. `pq[i]` is the PQ distance of `sorted[i]`
+/// (non-decreasing). Each batch reaches the furthest position every active signal already
+/// requires (for the window, `last change + w`; for the ratio, the last candidate the current
+/// K-th distance admits), so loads past the stopping point are possible only for the ratio
+/// signal, whose K-th distance can shrink within a batch.
+pub fn rerank_rule(
+    query: &[f32],
+    metric: Metric,
+    sorted: &[VertexId],
+    pq: &[f32],
+    k: usize,
+    rule: StopRule,
+    loader: &mut dyn VectorLoader,
+) -> io::Result<Rerank> {
+    if k == 0 || rule.window == Some(0) || sorted.len() != pq.len() {
+        return Err(invalid_input(
+            "rerank_rule needs k and window >= 1 and one PQ distance per candidate",
+        ));
+    }
+    if rule.pq_ratio.is_some() && metric == Metric::InnerProduct {
+        return Err(invalid_input(
+            "the PQ-ratio signal needs non-negative distances (L2 or cosine)",
+        ));
+    }
+    let n = sorted.len();
+    let dim = query.len();
+    let floor = rule.min_loads.min(n);
+    let mut out = Rerank {
+        window: rule.window.unwrap_or(0),
+        ..Rerank::default()
+    };
+    let mut top = TopK::new(k);
+    let mut buffer = Vec::new();
+    let mut issued = 0;
+    loop {
+        // How far the loads must go before the rule may stop: the rule is checked at each
+        // position in turn, so the nearest requirement among the OR-ed signals decides.
+        let window_need = rule.window.map(|w| out.last_change() + w);
+        let ratio_need = rule.pq_ratio.map(|c| {
+            if top.items.len() < k {
+                // Still filling: the first K are needed whatever the PQ distances say.
+                k
+            } else {
+                let kth = top.kth();
+                issued + pq[issued..].partition_point(|&d| d * c <= kth)
+            }
+        });
+        let need = match (window_need, ratio_need) {
+            (None, None) => n,
+            (Some(a), None) | (None, Some(a)) => a,
+            (Some(a), Some(b)) => a.min(b),
+        }
+        .max(floor);
+        let want = need.min(n);
+        if want <= issued {
+            break;
+        }
+        let batch = &sorted[issued..want];
+        buffer.clear();
+        loader.load_batch(batch, &mut buffer)?;
+        if buffer.len() != batch.len() * dim {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "vector loader returned {} floats for {} vectors of dimension {dim}",
+                    buffer.len(),
+                    batch.len()
+                ),
+            ));
+        }
+        out.batches.push(batch.len());
+        for (&id, vector) in batch.iter().zip(buffer.chunks_exact(dim.max(1))) {
+            let d = metric.search_distance(query, vector);
+            out.scored.push((id, d));
+            if top.offer(id, d) {
+                out.change_positions.push(out.scored.len());
+            }
+        }
+        issued = want;
+    }
+    Ok(out)
+}
+
+/// The largest PQ ratio `c` with which [`StopRule`]`{ pq_ratio: Some(c), min_loads, .. }`
+/// would still have reached every top-K change of `full` (a rerank that loaded all candidates
+/// in PQ order, `pq[i]` the PQ distance of `full.scored[i]`); infinite when the top-K is
+/// final within the floor. While the top-K fills (the first `k` loads) the rule never stops.
+/// Calibrate by taking a low percentile of these over warm-up reranks ([`ratio_percentile`]).
+pub fn max_safe_pq_ratio(full: &Rerank, pq: &[f32], k: usize, min_loads: usize) -> f32 {
+    let last = full.last_change();
+    let floor = k.max(min_loads);
+    let mut top = TopK::new(k.max(1));
+    let mut best = f32::INFINITY;
+    for (i, &(id, d)) in full.scored.iter().enumerate() {
+        // Before loading position i (0-based) the rule stops when pq[i] * c > kth; reaching
+        // the last change needs pq[i] * c <= kth for every i in [floor, last).
+        if i >= floor && i < last && pq[i] > 0.0 {
+            best = best.min(top.kth() / pq[i]);
+        }
+        top.offer(id, d);
+    }
+    best
+}
+
+/// The largest ratio that at least `p`% of the `samples` (per-query safe ratios) allow:
+/// the nearest-rank counterpart of [`percentile`] for a signal where smaller is safer.
+pub fn ratio_percentile(samples: &mut [f32], p: f64) -> f32 {
+    if samples.is_empty() {
+        return f32::INFINITY;
+    }
+    samples.sort_unstable_by(f32::total_cmp);
+    let keep = (p * samples.len() as f64 / 100.0).ceil() as usize;
+    samples[samples.len() - keep.clamp(1, samples.len())]
 }
 
 #[cfg(test)]
@@ -483,5 +647,174 @@ mod tests {
         assert!(WindowCalibrator::new(10, 101.0).is_err());
         assert!(WindowCalibrator::new(10, f64::NAN).is_err());
         assert_eq!(WindowCalibrator::for_search().window(), None);
+    }
+
+    impl Fixture {
+        fn run_rule(&mut self, k: usize, pq: &[f32], rule: StopRule) -> Rerank {
+            let ids: Vec<VertexId> = (0..self.vectors.len() as u32).collect();
+            let vectors = self.vectors.clone();
+            let calls = &mut self.calls;
+            let mut loader = |batch: &[VertexId], out: &mut Vec<f32>| -> io::Result<()> {
+                calls.push(batch.to_vec());
+                out.extend(batch.iter().map(|&i| vectors[i as usize]));
+                Ok(())
+            };
+            rerank_rule(&[0.0], Metric::L2, &ids, pq, k, rule, &mut loader).unwrap()
+        }
+    }
+
+    const WINDOW_ONLY: StopRule = StopRule {
+        window: None,
+        pq_ratio: None,
+        min_loads: 0,
+    };
+
+    #[test]
+    fn rule_with_window_only_is_the_navis_rerank() {
+        let dist = [4.0, 5.0, 9.0, 1.0, 7.0, 8.0, 6.0, 9.5, 0.5, 3.0];
+        let pq = [0.0; 10];
+        for k in 1..4 {
+            for w in 1..11 {
+                let mut a = Fixture::new(&dist);
+                let plain = a.run(k, RerankPolicy::Window(w));
+                let mut b = Fixture::new(&dist);
+                let rule = StopRule {
+                    window: Some(w),
+                    ..WINDOW_ONLY
+                };
+                let general = b.run_rule(k, &pq, rule);
+                assert_eq!(general, plain, "k {k} w {w}");
+                assert_eq!(a.calls, b.calls);
+            }
+        }
+        // No signal at all loads everything, like RerankPolicy::All.
+        let mut f = Fixture::new(&dist);
+        assert_eq!(f.run_rule(2, &pq, WINDOW_ONLY).loads(), 10);
+    }
+
+    #[test]
+    fn floor_keeps_loading_and_extends_the_window_from_changes_inside_it() {
+        let dist = [4.0, 5.0, 9.0, 1.0, 7.0, 8.0, 6.0, 9.5, 0.5, 3.0];
+        let pq = [0.0; 10];
+        let mut f = Fixture::new(&dist);
+        // k = 2, w = 1: without a floor, changes at 1, 2 and nothing at 3 -> 3 loads.
+        let rule = StopRule {
+            window: Some(1),
+            ..WINDOW_ONLY
+        };
+        assert_eq!(f.run_rule(2, &pq, rule).loads(), 3);
+        // A floor of 4 loads the change at 4, and w = 1 then adds position 5.
+        let floored = StopRule {
+            min_loads: 4,
+            ..rule
+        };
+        let r = f.run_rule(2, &pq, floored);
+        assert_eq!(r.loads(), 5);
+        assert_eq!(r.change_positions, vec![1, 2, 4]);
+    }
+
+    #[test]
+    fn pq_ratio_stops_once_the_next_pq_distance_is_out_of_reach() {
+        // Exact distances 1, 4, 36, 2.25 (a top-2 member at position 4), 100, 144 (squares,
+        // so the fixture's 1-d vectors reproduce them exactly) with PQ estimates in
+        // increasing order.
+        let dist = [1.0, 4.0, 36.0, 2.25, 100.0, 144.0];
+        let pq = [1.0, 4.0, 6.0, 8.0, 90.0, 110.0];
+        let full = Fixture::new(&dist).run(2, RerankPolicy::All);
+        assert_eq!(full.change_positions, vec![1, 2, 4]);
+        // Before positions 3 and 4 (0-based 2, 3) the 2nd best is 4: ratios 4/6 and 4/8.
+        let safe = max_safe_pq_ratio(&full, &pq, 2, 0);
+        assert_eq!(safe, 0.5);
+        let mut f = Fixture::new(&dist);
+        let rule = StopRule {
+            pq_ratio: Some(safe),
+            ..WINDOW_ONLY
+        };
+        let r = f.run_rule(2, &pq, rule);
+        // Reaches the change at 4, then 90 * 0.5 > 2nd best 2.25: stop, the tail is never read.
+        assert_eq!(r.loads(), 4);
+        assert_eq!(r.sorted_by_exact()[..2], full.sorted_by_exact()[..2]);
+        // The first batch is the filling K, the second everything the 2nd best admits.
+        assert_eq!(r.batches, vec![2, 2]);
+        // A larger ratio stops before the change at 4 and misses the 2nd true neighbour.
+        let greedy = StopRule {
+            pq_ratio: Some(safe * 1.05),
+            ..WINDOW_ONLY
+        };
+        let short = Fixture::new(&dist).run_rule(2, &pq, greedy);
+        assert_eq!(short.loads(), 3);
+        assert_ne!(short.sorted_by_exact()[1].0, 3);
+        // Within a floor that covers the last change any ratio is safe.
+        assert_eq!(max_safe_pq_ratio(&full, &pq, 2, 4), f32::INFINITY);
+    }
+
+    #[test]
+    fn floored_safe_window_is_the_smallest_that_reaches_the_last_change() {
+        let dist = [4.0, 5.0, 9.0, 1.0, 7.0, 8.0, 6.0, 9.5, 0.5, 3.0];
+        let pq = [0.0; 10];
+        let full = Fixture::new(&dist).run(2, RerankPolicy::All);
+        assert_eq!(full.change_positions, vec![1, 2, 4, 9]);
+        for floor in [0, 3, 4, 8, 9, 10] {
+            let w = min_safe_window_with_floor(&full.change_positions, floor);
+            let rule = |w| StopRule {
+                window: Some(w),
+                pq_ratio: None,
+                min_loads: floor,
+            };
+            let r = Fixture::new(&dist).run_rule(2, &pq, rule(w));
+            assert_eq!(r.last_change(), 9, "floor {floor} w {w}");
+            if w > 1 {
+                let short = Fixture::new(&dist).run_rule(2, &pq, rule(w - 1));
+                assert!(
+                    short.last_change() < 9,
+                    "floor {floor}: w {w} is not the smallest"
+                );
+            }
+        }
+        // The change at 9 comes 5 after the one at 4, inside a floor of 8 or not.
+        assert_eq!(min_safe_window_with_floor(&full.change_positions, 8), 5);
+        assert_eq!(min_safe_window_with_floor(&full.change_positions, 9), 1);
+        assert_eq!(
+            min_safe_window_with_floor(&[1, 2, 9], 0),
+            min_safe_window(&[1, 2, 9])
+        );
+    }
+
+    #[test]
+    fn ratio_percentile_keeps_p_percent_safe() {
+        let mut v = vec![0.5, 0.9, 0.7, 0.8, 0.6, 1.0, 0.95, 0.85, 0.75, 0.65];
+        assert_eq!(ratio_percentile(&mut v, 100.0), 0.5);
+        // 90% of 10 samples allow 0.6 or more.
+        assert_eq!(ratio_percentile(&mut v, 90.0), 0.6);
+        assert_eq!(ratio_percentile(&mut v, 10.0), 1.0);
+        assert_eq!(ratio_percentile(&mut [], 50.0), f32::INFINITY);
+    }
+
+    #[test]
+    fn rule_rejects_bad_arguments() {
+        let ids = [0u32, 1];
+        let mut ok = |b: &[VertexId], out: &mut Vec<f32>| -> io::Result<()> {
+            out.extend(b.iter().map(|_| 1.0));
+            Ok(())
+        };
+        let ratio = StopRule {
+            pq_ratio: Some(1.0),
+            ..WINDOW_ONLY
+        };
+        let mut run = |metric, pq: &[f32], k, rule| {
+            rerank_rule(&[0.0], metric, &ids, pq, k, rule, &mut ok)
+                .map(|r| r.loads())
+                .map_err(|e| e.kind())
+        };
+        let bad = Err(io::ErrorKind::InvalidInput);
+        assert_eq!(run(Metric::InnerProduct, &[0.0, 1.0], 1, ratio), bad);
+        assert_eq!(run(Metric::L2, &[0.0], 1, ratio), bad);
+        assert_eq!(run(Metric::L2, &[0.0, 1.0], 0, ratio), bad);
+        let no_window = StopRule {
+            window: Some(0),
+            ..WINDOW_ONLY
+        };
+        assert_eq!(run(Metric::L2, &[0.0, 1.0], 1, no_window), bad);
+        assert_eq!(run(Metric::L2, &[0.0, 1.0], 1, ratio), Ok(2));
     }
 }
