@@ -45,9 +45,9 @@ fn navis_handler(_fcinfo: pg_sys::FunctionCallInfo) -> PgBox<pg_sys::IndexAmRout
     am.ambuild = Some(crate::build::ambuild);
     am.ambuildempty = Some(crate::build::ambuildempty);
     am.ambuildphasename = Some(crate::build::ambuildphasename);
-    am.aminsert = Some(aminsert);
-    am.ambulkdelete = Some(ambulkdelete);
-    am.amvacuumcleanup = Some(amvacuumcleanup);
+    am.aminsert = Some(crate::insert::aminsert);
+    am.ambulkdelete = Some(crate::vacuum::ambulkdelete);
+    am.amvacuumcleanup = Some(crate::vacuum::amvacuumcleanup);
     am.amcostestimate = Some(crate::scan::amcostestimate);
     am.amoptions = Some(crate::options::amoptions);
     am.amvalidate = Some(amvalidate);
@@ -106,73 +106,6 @@ pub fn index_metric(index: pg_sys::Relation) -> Metric {
                 Some("Use navis_l2_ops (<->), navis_ip_ops (<#>) or navis_cosine_ops (<=>)."),
             )
         })
-}
-
-fn not_implemented(what: &str) -> ! {
-    raise(
-        PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-        format!("navis {what} is not implemented yet"),
-        None,
-    )
-}
-
-// Inserts, deletes and VACUUM arrive with issue 5: until then an INSERT or UPDATE of an
-// indexed table, and VACUUM of it, fail loudly rather than leave the index silently stale.
-
-#[pg_guard]
-#[allow(clippy::too_many_arguments)]
-unsafe extern "C-unwind" fn aminsert(
-    _index: pg_sys::Relation,
-    _values: *mut pg_sys::Datum,
-    _isnull: *mut bool,
-    _heap_tid: pg_sys::ItemPointer,
-    _heap: pg_sys::Relation,
-    _check_unique: pg_sys::IndexUniqueCheck::Type,
-    _index_unchanged: bool,
-    _index_info: *mut pg_sys::IndexInfo,
-) -> bool {
-    not_implemented("insert")
-}
-
-/// VACUUM removes nothing from the index yet (issue 5). That is safe while inserts are refused:
-/// the TIDs of dead rows stay in the index, the heap fetch finds them dead or unused and skips
-/// them, and no committed row can take over a freed line pointer because every INSERT or
-/// non-HOT UPDATE of the table fails in aminsert.
-#[pg_guard]
-unsafe extern "C-unwind" fn ambulkdelete(
-    info: *mut pg_sys::IndexVacuumInfo,
-    stats: *mut pg_sys::IndexBulkDeleteResult,
-    _callback: pg_sys::IndexBulkDeleteCallback,
-    _callback_state: *mut std::ffi::c_void,
-) -> *mut pg_sys::IndexBulkDeleteResult {
-    vacuum_stats(info, stats)
-}
-
-#[pg_guard]
-unsafe extern "C-unwind" fn amvacuumcleanup(
-    info: *mut pg_sys::IndexVacuumInfo,
-    stats: *mut pg_sys::IndexBulkDeleteResult,
-) -> *mut pg_sys::IndexBulkDeleteResult {
-    vacuum_stats(info, stats)
-}
-
-fn vacuum_stats(
-    info: *mut pg_sys::IndexVacuumInfo,
-    stats: *mut pg_sys::IndexBulkDeleteResult,
-) -> *mut pg_sys::IndexBulkDeleteResult {
-    if !stats.is_null() {
-        return stats;
-    }
-    // SAFETY: a zeroed result in the current memory context; `info->index` is open.
-    unsafe {
-        let mut s = PgBox::<pg_sys::IndexBulkDeleteResult>::alloc0();
-        s.num_pages = pg_sys::RelationGetNumberOfBlocksInFork(
-            (*info).index,
-            pg_sys::ForkNumber::MAIN_FORKNUM,
-        );
-        s.estimated_count = true; // leaves pg_class.reltuples of the index alone
-        s.into_pg()
-    }
 }
 
 /// Checks that an operator class gives navis what it needs: one ORDER BY operator at

@@ -61,3 +61,44 @@ pub fn raise_detail(
     report.report(PgLogLevel::ERROR);
     unreachable!("ereport(ERROR) returned")
 }
+
+/// Raises the `ERROR` for an engine failure while `context` (e.g. `insert into navis index
+/// "x"`): cancellation as the pending cancel, damaged side files as data corruption with a
+/// REINDEX hint, limits and I/O failures with their own SQLSTATEs.
+pub fn raise_index_error(context: &str, e: navis_engine::index::IndexError) -> ! {
+    use navis_engine::index::IndexError;
+    use navis_engine::storage::StorageError;
+    match e {
+        IndexError::Cancelled => {
+            // The engine stopped between batches with the index consistent; let PostgreSQL
+            // raise the cancel or timeout that asked for it.
+            pgrx::check_for_interrupts!();
+            raise(
+                PgSqlErrorCode::ERRCODE_QUERY_CANCELED,
+                format!("{context}: cancelled"),
+                None,
+            )
+        }
+        IndexError::Storage(StorageError::Corrupt { .. })
+        | IndexError::Storage(StorageError::Version { .. }) => raise(
+            PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
+            format!("{context}: {e}"),
+            Some("The index's side files are damaged or from another version; REINDEX the index."),
+        ),
+        IndexError::Storage(StorageError::Io { .. }) | IndexError::Io(_) => raise(
+            PgSqlErrorCode::ERRCODE_IO_ERROR,
+            format!("{context}: {e}"),
+            None,
+        ),
+        IndexError::Memory(_) | IndexError::Storage(StorageError::InvalidInput(_)) => raise(
+            PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+            format!("{context}: {e}"),
+            None,
+        ),
+        other => raise(
+            PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+            format!("{context}: {other}"),
+            None,
+        ),
+    }
+}

@@ -11,12 +11,14 @@ mod build;
 mod datum;
 mod errors;
 mod guc;
+mod insert;
 mod options;
 mod pgvector;
 mod scan;
 mod shmem;
 mod sidefiles;
 mod stats;
+mod vacuum;
 mod vector_sql;
 
 ::pgrx::pg_module_magic!(name, version);

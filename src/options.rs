@@ -23,6 +23,7 @@ struct RawOptions {
     pq_bytes: i32,
     entrance_ratio: f64,
     entrance_degree: i32,
+    consolidate_threshold: f64,
 }
 
 /// Build parameters with defaults applied.
@@ -40,6 +41,9 @@ pub struct BuildOptions {
     pub entrance_ratio: f64,
     /// R_ent: maximum degree inside the entrance graph (paper: 32).
     pub entrance_degree: u32,
+    /// VACUUM consolidates (repairs lists, frees deleted vertices) once this share of the
+    /// graph is deleted.
+    pub consolidate_threshold: f64,
 }
 
 impl Default for BuildOptions {
@@ -54,6 +58,7 @@ impl Default for BuildOptions {
             pq_bytes: 0,
             entrance_ratio: 0.0,
             entrance_degree: 0,
+            consolidate_threshold: 0.0,
         };
         for o in &INT_OPTIONS {
             *(o.field)(&mut raw) = o.default;
@@ -131,7 +136,7 @@ const INT_OPTIONS: [IntOption; 4] = [
     },
 ];
 
-const REAL_OPTIONS: [RealOption; 2] = [
+const REAL_OPTIONS: [RealOption; 3] = [
     RealOption {
         name: c"alpha",
         desc: c"Pruning factor alpha of RobustPrune",
@@ -147,6 +152,14 @@ const REAL_OPTIONS: [RealOption; 2] = [
         min: 0.0001,
         max: 0.5,
         field: |r| &mut r.entrance_ratio,
+    },
+    RealOption {
+        name: c"consolidate_threshold",
+        desc: c"Deleted share of the graph at which VACUUM repairs edge lists and frees deleted vertices",
+        default: 0.1,
+        min: 0.0,
+        max: 1.0,
+        field: |r| &mut r.consolidate_threshold,
     },
 ];
 
@@ -238,6 +251,7 @@ impl BuildOptions {
             pq_bytes: r.pq_bytes as u32,
             entrance_ratio: r.entrance_ratio,
             entrance_degree: r.entrance_degree as u32,
+            consolidate_threshold: r.consolidate_threshold,
         }
     }
 

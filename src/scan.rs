@@ -37,6 +37,17 @@ pub struct OpenIndex {
     /// Engine counters summed over this backend's scans of the index.
     pub counters: Mutex<SearchCounters>,
     pub scans: Mutex<u64>,
+    /// CASR window calibration of this backend's inserts (P`navis.casr_percentile_insert`).
+    pub insert_calibrator: Mutex<WindowCalibrator>,
+    /// Identity of the relation (tablespace, database, relfilenode) for its allocator lock.
+    pub lock_key: u64,
+}
+
+impl OpenIndex {
+    /// The writer locks of this index (LWLocks in shared memory).
+    pub fn locks(&self) -> crate::shmem::PgLocks {
+        crate::shmem::PgLocks::new(crate::shmem::require("navis index writes"), self.lock_key)
+    }
 }
 
 /// Opened indexes of this backend by (tablespace, database, relfilenode, build id).
@@ -144,6 +155,19 @@ fn reopen(
         Some(_) => {}
     }
     let opened = Index::open(&dir).unwrap_or_else(|e| missing(index, e.to_string()));
+    let lock_key = key.0 as u64 ^ (key.1 as u64).rotate_left(21) ^ (key.2 as u64).rotate_left(42);
+    // The first backend to open the index in this lifetime of shared memory rebuilds the
+    // allocator state from the indirection table (a crash may have cut an insert short).
+    let shared = crate::shmem::require("navis indexes");
+    let locks = crate::shmem::PgLocks::new(shared, lock_key);
+    if let Err(e) = navis_engine::update::recover(opened.files(), &locks, shared.epoch()) {
+        missing(index, format!("recovering the allocator state failed: {e}"));
+    }
+    let insert_calibrator = WindowCalibrator::new(
+        guc::CASR_WARMUP.get().max(1) as usize,
+        guc::CASR_PERCENTILE_INSERT.get(),
+    )
+    .unwrap_or_else(|_| WindowCalibrator::for_insert());
     let calibrator = WindowCalibrator::new(cal_key.0.max(1) as usize, f64::from_bits(cal_key.1))
         .unwrap_or_else(|_| WindowCalibrator::for_search());
     let open = Rc::new(OpenIndex {
@@ -154,6 +178,8 @@ fn reopen(
         calibrator_key: cal_key,
         counters: Mutex::new(SearchCounters::default()),
         scans: Mutex::new(0),
+        insert_calibrator: Mutex::new(insert_calibrator),
+        lock_key,
     });
     CACHE.with(|c| {
         let mut c = c.borrow_mut();
@@ -310,6 +336,8 @@ fn search_params() -> (SearchParams, bool) {
 
 fn start(open: Rc<OpenIndex>, query: &[f32]) -> Running {
     let (mut params, casr_on) = search_params();
+    // Lazily deleted vertices take list places without being results: widen as NAVIS does.
+    params.list = open.index.widened_list(params.list);
     let mut calibrating = false;
     if casr_on {
         match open.calibrator.lock().unwrap().window() {

@@ -1,7 +1,8 @@
 //! Postmaster shared memory for navis.
 //!
-//! navis keeps cross-backend state (lock stripes for edge-list writers now; the edge-page
-//! cache, entrance graphs and allocator state in later stages) in shared memory, which
+//! navis keeps cross-backend state (lock stripes for edge-list writers, allocator locks, the
+//! shared-memory epoch; the edge-page cache and entrance graphs in later stages) in shared
+//! memory, which
 //! PostgreSQL only hands out to libraries loaded through `shared_preload_libraries`. When the
 //! library was loaded later (first use in a backend), features that need the shared state
 //! raise an ERROR that says which line to add to postgresql.conf; everything else (the
@@ -21,8 +22,12 @@ pub const VERTEX_LOCK_STRIPES: usize = 1024;
 
 const SHMEM_NAME: &CStr = c"navis shared state";
 const LOCK_TRANCHE: &CStr = c"navis_vertex_locks";
+const ALLOCATOR_TRANCHE: &CStr = c"navis_allocator_locks";
+/// Allocator locks, shared by all navis indexes by hash of their identity: each is held for
+/// a few stores at a time, so a handful is plenty.
+pub const ALLOCATOR_LOCKS: usize = 64;
 const MAGIC: u64 = 0x4e41_5649_5353_484d; // "NAVISSHM"
-const LAYOUT_VERSION: u32 = 1;
+const LAYOUT_VERSION: u32 = 2;
 
 /// The fixed-size control block at the start of navis's shared memory.
 #[repr(C)]
@@ -32,6 +37,12 @@ pub struct NavisShared {
     lock_stripes: u32,
     /// Pointer to the first lock of the `navis_vertex_locks` tranche.
     vertex_locks: *mut pg_sys::LWLockPadded,
+    /// Pointer to the first lock of the `navis_allocator_locks` tranche.
+    allocator_locks: *mut pg_sys::LWLockPadded,
+    /// Identifies this lifetime of shared memory (new at every start and crash-restart):
+    /// the first backend to open an index in a new epoch rebuilds its allocator state from
+    /// the indirection table (`navis_engine::update::recover`).
+    epoch: u64,
 }
 
 /// Set in the postmaster's startup hook and inherited by every forked backend.
@@ -65,6 +76,7 @@ unsafe extern "C-unwind" fn on_shmem_request() {
         }
         pg_sys::RequestAddinShmemSpace(std::mem::size_of::<NavisShared>());
         pg_sys::RequestNamedLWLockTranche(LOCK_TRANCHE.as_ptr(), VERTEX_LOCK_STRIPES as i32);
+        pg_sys::RequestNamedLWLockTranche(ALLOCATOR_TRANCHE.as_ptr(), ALLOCATOR_LOCKS as i32);
     }
 }
 
@@ -91,6 +103,8 @@ unsafe extern "C-unwind" fn on_shmem_startup() {
                 layout_version: LAYOUT_VERSION,
                 lock_stripes: VERTEX_LOCK_STRIPES as u32,
                 vertex_locks: pg_sys::GetNamedLWLockTranche(LOCK_TRANCHE.as_ptr()),
+                allocator_locks: pg_sys::GetNamedLWLockTranche(ALLOCATOR_TRANCHE.as_ptr()),
+                epoch: new_epoch(),
             });
         }
         pg_sys::LWLockRelease(init_lock);
@@ -111,13 +125,86 @@ pub fn require(feature: &str) -> &'static NavisShared {
     shared().unwrap_or_else(|| raise_not_preloaded(feature))
 }
 
+/// A value no earlier lifetime of shared memory had: the start time in microseconds mixed
+/// with the postmaster's pid (two restarts within one microsecond are impossible).
+fn new_epoch() -> u64 {
+    // SAFETY: a plain read of the clock.
+    let now = unsafe { pg_sys::GetCurrentTimestamp() } as u64;
+    now ^ (std::process::id() as u64).rotate_left(48)
+}
+
 impl NavisShared {
-    /// The lock stripe guarding writers of `vertex`'s edge list.
-    #[allow(dead_code)] // used by the concurrent-insert path (issue 5)
-    pub fn vertex_lock(&self, vertex: u32) -> *mut pg_sys::LWLock {
-        let stripe = vertex as usize % self.lock_stripes as usize;
+    /// The lock stripe `stripe` (of `lock_stripes`) guarding writers of edge lists.
+    pub fn stripe_lock(&self, stripe: usize) -> *mut pg_sys::LWLock {
+        let stripe = stripe % self.lock_stripes as usize;
         // SAFETY: the tranche holds lock_stripes padded locks starting at vertex_locks.
         unsafe { &raw mut (*self.vertex_locks.add(stripe)).lock }
+    }
+
+    pub fn stripe_count(&self) -> usize {
+        self.lock_stripes as usize
+    }
+
+    /// The allocator lock for the index identified by `key`.
+    pub fn allocator_lock(&self, key: u64) -> *mut pg_sys::LWLock {
+        let i = (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize % ALLOCATOR_LOCKS;
+        // SAFETY: the tranche holds ALLOCATOR_LOCKS padded locks starting at allocator_locks.
+        unsafe { &raw mut (*self.allocator_locks.add(i)).lock }
+    }
+
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+}
+
+/// The engine's writer locks for one index, as LWLocks: they are released by PostgreSQL's
+/// error recovery if a backend fails while holding them, and waits show up in
+/// pg_stat_activity as `navis_vertex_locks` / `navis_allocator_locks`.
+pub struct PgLocks {
+    shared: &'static NavisShared,
+    index_key: u64,
+}
+
+impl PgLocks {
+    pub fn new(shared: &'static NavisShared, index_key: u64) -> PgLocks {
+        PgLocks { shared, index_key }
+    }
+}
+
+// SAFETY: a backend runs navis's engine on one thread; the LWLocks themselves live in shared
+// memory and are made for concurrent use by many processes.
+unsafe impl Sync for PgLocks {}
+
+fn acquire(lock: *mut pg_sys::LWLock) {
+    // SAFETY: a valid LWLock in shared memory; LWLockAcquire holds off interrupts until the
+    // matching release, and PostgreSQL releases it on ERROR.
+    unsafe { pg_sys::LWLockAcquire(lock, pg_sys::LWLockMode::LW_EXCLUSIVE) };
+}
+
+fn release(lock: *mut pg_sys::LWLock) {
+    // SAFETY: the engine releases exactly the locks it acquired through these methods.
+    unsafe { pg_sys::LWLockRelease(lock) };
+}
+
+impl navis_engine::update::WriteLocks for PgLocks {
+    fn stripe_count(&self) -> usize {
+        self.shared.stripe_count()
+    }
+
+    fn lock_stripe(&self, stripe: usize) {
+        acquire(self.shared.stripe_lock(stripe));
+    }
+
+    fn unlock_stripe(&self, stripe: usize) {
+        release(self.shared.stripe_lock(stripe));
+    }
+
+    fn lock_allocator(&self) {
+        acquire(self.shared.allocator_lock(self.index_key));
+    }
+
+    fn unlock_allocator(&self) {
+        release(self.shared.allocator_lock(self.index_key));
     }
 }
 
@@ -129,11 +216,17 @@ fn navis_shared_memory() -> TableIterator<
         name!(preloaded, bool),
         name!(layout_version, i32),
         name!(vertex_lock_stripes, i32),
+        name!(allocator_locks, i32),
     ),
 > {
     let row = match shared() {
-        Some(s) => (true, s.layout_version as i32, s.lock_stripes as i32),
-        None => (false, 0, 0),
+        Some(s) => (
+            true,
+            s.layout_version as i32,
+            s.lock_stripes as i32,
+            ALLOCATOR_LOCKS as i32,
+        ),
+        None => (false, 0, 0, 0),
     };
     TableIterator::once(row)
 }

@@ -1,25 +1,35 @@
-//! Introspection: `navis_index_stats(regclass)`, `navis_side_directories()` and
-//! `navis_cleanup()`.
+//! Introspection: `navis_index_stats(regclass)`, `navis_index_counters(regclass)`,
+//! `navis_verify(regclass)`, `navis_side_directories()` and `navis_cleanup()`.
 
 use crate::errors::raise;
 use crate::scan;
 use crate::sidefiles;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
+use navis_engine::storage::state::{Counter, Field};
 use pgrx::{PgRelation, PgSqlErrorCode};
 
 /// Opens `index` (a regclass) as a navis index, with AccessShareLock, and runs `f`.
 fn with_index<R>(index: pg_sys::Oid, f: impl FnOnce(pg_sys::Relation) -> R) -> R {
+    with_index_locked(index, pg_sys::AccessShareLock as pg_sys::LOCKMODE, f)
+}
+
+/// [`with_index`] with another lock mode.
+fn with_index_locked<R>(
+    index: pg_sys::Oid,
+    mode: pg_sys::LOCKMODE,
+    f: impl FnOnce(pg_sys::Relation) -> R,
+) -> R {
     // SAFETY: index_open takes the lock and errors for a non-index; we check the AM and
     // close it again with the same lock.
     unsafe {
-        let rel = pg_sys::relation_open(index, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+        let rel = pg_sys::relation_open(index, mode);
         let am = pg_sys::get_am_oid(c"navis".as_ptr(), false);
         if (*(*rel).rd_rel).relkind != pg_sys::RELKIND_INDEX as std::ffi::c_char
             || (*(*rel).rd_rel).relam != am
         {
             let name = sidefiles::relation_name(rel);
-            pg_sys::relation_close(rel, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+            pg_sys::relation_close(rel, mode);
             raise(
                 PgSqlErrorCode::ERRCODE_WRONG_OBJECT_TYPE,
                 format!("\"{name}\" is not a navis index"),
@@ -27,7 +37,7 @@ fn with_index<R>(index: pg_sys::Oid, f: impl FnOnce(pg_sys::Relation) -> R) -> R
             );
         }
         let r = f(rel);
-        pg_sys::relation_close(rel, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+        pg_sys::relation_close(rel, mode);
         r
     }
 }
@@ -70,18 +80,15 @@ fn navis_index_stats(
         let open = scan::open_index(rel);
         let files = open.index.files();
         let m = files.manifest();
-        let deleted = (0..m.vertex_count)
-            .filter(|&v| files.indirection().entry(v).is_some_and(|e| e.is_deleted()))
-            .count();
         let cal = open.calibrator.lock().unwrap();
         let c = *open.counters.lock().unwrap();
         let scans = *open.scans.lock().unwrap();
         (
-            m.vertex_count as i64 - deleted as i64,
-            deleted as i64,
+            open.index.live_len() as i64,
+            open.index.deleted_len() as i64,
             m.dim as i32,
             m.metric.operator().to_string(),
-            m.edge_pages as i64,
+            files.state().get(Field::EdgePages) as i64,
             sidefiles::dir_bytes(&open.dir) as i64,
             open.dir.display().to_string(),
             format!("{:016x}", open.build_id),
@@ -100,6 +107,87 @@ fn navis_index_stats(
             c.rerank_vector_loads as i64,
             c.bytes_read as i64,
             c.resumes as i64,
+        )
+    });
+    TableIterator::once(row)
+}
+
+/// The index's shared update counters (cumulative over every backend since the build) and
+/// allocator state, one row per counter: what inserts, VACUUM and the allocator did.
+#[pg_extern(volatile, parallel_unsafe)]
+fn navis_index_counters(
+    index: PgRelation,
+) -> TableIterator<'static, (name!(counter, String), name!(value, i64))> {
+    let rows = with_index(index.oid(), |rel| {
+        let open = scan::open_index(rel);
+        let state = open.index.files().state();
+        let mut rows: Vec<(String, i64)> = Counter::ALL
+            .iter()
+            .map(|&c| (c.name().to_string(), state.counter(c) as i64))
+            .collect();
+        for (name, field) in [
+            ("vertex_ids", Field::NextVertex),
+            ("free_vertices", Field::FreeVertexCount),
+            ("edge_pages", Field::EdgePages),
+            ("free_edge_pages", Field::FreePageCount),
+        ] {
+            rows.push((name.to_string(), state.get(field) as i64));
+        }
+        rows
+    });
+    TableIterator::new(rows)
+}
+
+/// Checks the structure of a navis index: every live vertex reachable from the entry
+/// points, slot owner stamps, indirection entries, degree bounds, page live counts, free
+/// lists and counts. Takes a SHARE lock on the index, so it waits for running inserts and
+/// VACUUM and holds new ones off while it reads.
+#[pg_extern(volatile, parallel_unsafe)]
+#[allow(clippy::type_complexity)]
+fn navis_verify(
+    index: PgRelation,
+) -> TableIterator<
+    'static,
+    (
+        name!(clean, bool),
+        name!(vertices, i64),
+        name!(deleted, i64),
+        name!(free_vertices, i64),
+        name!(edge_pages, i64),
+        name!(free_edge_pages, i64),
+        name!(edges, i64),
+        name!(dangling_edges, i64),
+        name!(edges_to_deleted, i64),
+        name!(unreachable, i64),
+        name!(problems, i64),
+        name!(details, Vec<String>),
+    ),
+> {
+    let row = with_index_locked(index.oid(), pg_sys::ShareLock as pg_sys::LOCKMODE, |rel| {
+        let open = scan::open_index(rel);
+        let r = open.index.verify().unwrap_or_else(|e| {
+            raise(
+                PgSqlErrorCode::ERRCODE_IO_ERROR,
+                format!(
+                    "navis_verify could not read index \"{}\": {e}",
+                    sidefiles::relation_name(rel)
+                ),
+                None,
+            )
+        });
+        (
+            r.is_clean(),
+            r.vertices as i64,
+            r.deleted as i64,
+            r.free_vertices as i64,
+            r.edge_pages as i64,
+            r.free_pages as i64,
+            r.edges as i64,
+            r.dangling_edges as i64,
+            r.edges_to_deleted as i64,
+            r.unreachable as i64,
+            r.problem_count as i64,
+            r.problems,
         )
     });
     TableIterator::once(row)

@@ -9,7 +9,7 @@ WHERE c.opcmethod = (SELECT oid FROM pg_am WHERE amname = 'navis')
 ORDER BY c.opcname;
 SELECT preloaded, layout_version, vertex_lock_stripes FROM navis_shared_memory();
 CREATE TABLE items (id int, embedding real[]);
--- an index over an empty table works (and scans to nothing); inserts are not implemented yet
+-- an index over an empty table works (scans to nothing) but cannot take rows before a REINDEX
 CREATE INDEX items_empty ON items USING navis (embedding);
 SELECT id FROM items ORDER BY embedding <-> '{1,2,3}' LIMIT 5;
 INSERT INTO items VALUES (1, '{1,2,3}');

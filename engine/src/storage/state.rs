@@ -97,10 +97,15 @@ pub enum Counter {
     VerticesFreed,
     ListsRepaired,
     ListsCompacted,
+    /// Vertices that were unreachable and got linked (consolidation and reconnection).
+    OrphansLinked,
+    /// The `Inserts` count when reachability was last restored: VACUUM of a table without
+    /// deletes re-checks reachability only when inserts happened since.
+    InsertsAtLastReconnect,
 }
 
 impl Counter {
-    pub const ALL: [Counter; 13] = [
+    pub const ALL: [Counter; 15] = [
         Counter::Inserts,
         Counter::InsertPagesRead,
         Counter::InsertVectorsLoaded,
@@ -114,10 +119,15 @@ impl Counter {
         Counter::VerticesFreed,
         Counter::ListsRepaired,
         Counter::ListsCompacted,
+        Counter::OrphansLinked,
+        Counter::InsertsAtLastReconnect,
     ];
 
     fn offset(self) -> usize {
-        256 + 8 * Counter::ALL.iter().position(|&c| c == self).expect("listed")
+        256 + 8 * Counter::ALL
+            .iter()
+            .position(|&c| c == self)
+            .expect("listed")
     }
 
     pub fn name(self) -> &'static str {
@@ -135,6 +145,8 @@ impl Counter {
             Counter::VerticesFreed => "vertices_freed",
             Counter::ListsRepaired => "lists_repaired",
             Counter::ListsCompacted => "lists_compacted",
+            Counter::OrphansLinked => "orphans_linked",
+            Counter::InsertsAtLastReconnect => "inserts_at_last_reconnect",
         }
     }
 }
@@ -251,6 +263,10 @@ impl SharedState {
         self.u64_at(c.offset()).load(Ordering::Relaxed)
     }
 
+    pub fn set_counter(&self, c: Counter, value: u64) {
+        self.u64_at(c.offset()).store(value, Ordering::Relaxed);
+    }
+
     pub fn count(&self, c: Counter, n: u64) {
         if n > 0 {
             self.u64_at(c.offset()).fetch_add(n, Ordering::Relaxed);
@@ -278,7 +294,10 @@ impl SharedState {
             return Ok(());
         }
         // Grow in steps of 512 pages' entries (one OS page) at least, doubling when large.
-        let target = pages.max(self.pages_capacity()? * 2).max(512).min(MAX_EDGE_PAGES);
+        let target = pages
+            .max(self.pages_capacity()? * 2)
+            .max(512)
+            .min(MAX_EDGE_PAGES);
         self.file
             .set_len((PAGE_TABLE_AT + target * PAGE_ENTRY) as u64)
             .map_err(|e| StorageError::io(&self.path, "extend", e))

@@ -15,9 +15,11 @@
 //! 3. the deleted vertices are freed: their ids (with vector slots and PQ codes) go on the
 //!    free-vertex list, their edge slots are retired;
 //! 4. pages left less than half full are compacted: their current lists move, unchanged, to
-//!    fresh dense pages, and the emptied pages join the free-page list.
+//!    fresh dense pages, and the emptied pages join the free-page list;
+//! 5. live vertices that only deleted vertices led to (and that the repairs did not
+//!    reconnect) are linked from the nearest reachable vertex a search finds for them.
 //!
-//! The cost is one read of the edge file plus writes proportional to the repaired lists; the
+//! The cost is two reads of the edge file plus writes proportional to the repaired lists; the
 //! entrance-graph vertices and the medoid are kept (deleted but traversable), as entry points
 //! that other backends may hold. Consolidation checks `cancel` between batches; an
 //! interruption leaves a consistent index with part of the work done.
@@ -29,6 +31,7 @@ use super::write::{read_current_list, write_lists, ListChange};
 use crate::graph::prune::robust_prune;
 use crate::graph::vamana::prune_metric;
 use crate::index::{Index, IndexError};
+use crate::search::{CasrMode, SearchCursor, SearchParams};
 use crate::storage::state::{Counter, Field};
 use crate::storage::{EdgeLocation, HeapTid, SideFileWriter, PAGE_SIZE};
 use crate::VertexId;
@@ -44,7 +47,6 @@ const SCAN_PAGES: usize = 256;
 struct RepairScan {
     deleted_lists: HashMap<VertexId, Vec<VertexId>>,
     to_repair: Vec<VertexId>,
-    in_degree: Vec<u32>,
 }
 
 /// What [`Index::bulk_delete`] did.
@@ -69,7 +71,7 @@ pub struct ConsolidateReport {
     /// Deleted vertices kept as entry points.
     pub vertices_kept: u64,
     pub lists_compacted: u64,
-    /// Live vertices left without in-edges by the repairs, linked from a neighbour.
+    /// Live vertices the repairs left unreachable, linked from their nearest reachable one.
     pub orphans_linked: u64,
     pub pages_written: u64,
     pub free_pages_after: u64,
@@ -144,9 +146,8 @@ impl Index {
         let is_doomed = |v: VertexId| doomed.get(v as usize).copied().unwrap_or(false);
 
         // 1. One pass over the edge file.
-        let scan = self.scan_for_repairs(&is_doomed, next_vertex, cancel, &mut report)?;
-        let (deleted_lists, to_repair, mut in_degree) =
-            (scan.deleted_lists, scan.to_repair, scan.in_degree);
+        let scan = self.scan_for_repairs(&is_doomed, cancel, &mut report)?;
+        let (deleted_lists, to_repair) = (scan.deleted_lists, scan.to_repair);
 
         // 2. Repair, one page of lists at a time.
         let spp = files.edge_layout().slots_per_page();
@@ -201,16 +202,6 @@ impl Index {
                         prune.search_distance(&va, &vb)
                     })
                 };
-                for &w in &current {
-                    if let Some(d) = in_degree.get_mut(w as usize) {
-                        *d = d.saturating_sub(!is_doomed(w) as u32);
-                    }
-                }
-                for &w in &list {
-                    if let Some(d) = in_degree.get_mut(w as usize) {
-                        *d += 1;
-                    }
-                }
                 changes.push(ListChange {
                     vertex: u,
                     list,
@@ -221,23 +212,6 @@ impl Index {
                 write_lists(files, &writer, locks, &changes, HeapTid::default())?;
                 report.pages_written += 1;
                 report.lists_repaired += changes.len() as u64;
-            }
-        }
-        // Vertices whose every in-edge came from deleted vertices, and that the repairs did
-        // not pick up, would be unreachable: link each from its nearest live neighbour.
-        for w in 0..next_vertex as VertexId {
-            if in_degree[w as usize] == 0
-                && !kept.contains(&w)
-                && !is_doomed(w)
-                && self.is_live_undeleted(w)
-            {
-                if cancel() {
-                    return Err(interrupted());
-                }
-                if self.link_orphan(&writer, locks, w, &is_doomed, &mut page_buf)? {
-                    report.orphans_linked += 1;
-                    report.pages_written += 1;
-                }
             }
         }
         state.count(Counter::ListsRepaired, report.lists_repaired);
@@ -261,19 +235,24 @@ impl Index {
 
         // 4. Compact pages left less than half full.
         self.compact(&writer, locks, cancel, &mut report)?;
+
+        // 5. Vertices whose every path from the entry points ran through deleted vertices
+        // (and that the repairs did not reconnect) are linked from their nearest reachable
+        // vertex, as an insert would link them.
+        self.reconnect_unreachable(&writer, locks, cancel, &mut report)?;
+        state.count(Counter::OrphansLinked, report.orphans_linked);
         state.count(Counter::ListsCompacted, report.lists_compacted);
         state.count(Counter::Consolidations, 1);
+        state.set_counter(Counter::InsertsAtLastReconnect, state.counter(Counter::Inserts));
         report.free_pages_after = state.get(Field::FreePageCount) as u64;
         Ok(report)
     }
 
-    /// The current lists of doomed vertices, the live vertices whose current list points at
-    /// one, and every vertex's in-degree from undoomed lists, from one sequential pass over
-    /// the edge file.
+    /// The current lists of doomed vertices and the live vertices whose current list points
+    /// at one, from one sequential pass over the edge file.
     fn scan_for_repairs(
         &self,
         is_doomed: &dyn Fn(VertexId) -> bool,
-        next_vertex: usize,
         cancel: &dyn Fn() -> bool,
         report: &mut ConsolidateReport,
     ) -> Result<RepairScan, IndexError> {
@@ -285,7 +264,6 @@ impl Index {
         let file_pages = (file.metadata()?.len() / PAGE_SIZE as u64) as usize;
         let mut deleted_lists = HashMap::new();
         let mut to_repair = Vec::new();
-        let mut in_degree = vec![0u32; next_vertex];
         let mut buf = vec![0u8; SCAN_PAGES * PAGE_SIZE];
         let mut first = 0;
         while first < pages.min(file_pages) {
@@ -319,14 +297,7 @@ impl Index {
                     }
                     if is_doomed(owner) {
                         deleted_lists.insert(owner, slot.to_vec());
-                        continue;
-                    }
-                    for w in slot.neighbours() {
-                        if let Some(d) = in_degree.get_mut(w as usize) {
-                            *d += 1;
-                        }
-                    }
-                    if slot.neighbours().any(is_doomed) {
+                    } else if slot.neighbours().any(is_doomed) {
                         to_repair.push(owner);
                     }
                 }
@@ -337,37 +308,178 @@ impl Index {
         Ok(RepairScan {
             deleted_lists,
             to_repair,
-            in_degree,
         })
     }
 
-    /// Adds `w` to the list of its nearest live out-neighbour (replacing that list's last,
-    /// farthest entry when full). Returns whether a list was written.
-    fn link_orphan(
+    /// Restores reachability without consolidating: the VACUUM of a table that had inserts
+    /// but too few deletes to consolidate. Insert back-edge pruning can leave a vertex
+    /// without any path from the entry points; this finds and links such vertices. Skipped
+    /// (returns `None`) when no insert happened since the last time.
+    pub fn reconnect(
+        &self,
+        locks: &dyn WriteLocks,
+        cancel: &dyn Fn() -> bool,
+    ) -> Result<Option<ConsolidateReport>, IndexError> {
+        let state = self.files().state();
+        let inserts = state.counter(Counter::Inserts);
+        if inserts == state.counter(Counter::InsertsAtLastReconnect) {
+            return Ok(None);
+        }
+        let writer = SideFileWriter::new(self.files())?;
+        let mut report = ConsolidateReport::default();
+        self.reconnect_unreachable(&writer, locks, cancel, &mut report)?;
+        state.count(Counter::OrphansLinked, report.orphans_linked);
+        state.set_counter(Counter::InsertsAtLastReconnect, inserts);
+        Ok(Some(report))
+    }
+
+    /// Finds the live vertices no search can reach from the entry points (one more pass
+    /// over the edge file, then a breadth-first walk in memory) and links each from the
+    /// nearest reachable vertex a search for its vector finds.
+    fn reconnect_unreachable(
         &self,
         writer: &SideFileWriter<'_>,
         locks: &dyn WriteLocks,
+        cancel: &dyn Fn() -> bool,
+        report: &mut ConsolidateReport,
+    ) -> Result<(), IndexError> {
+        let files = self.files();
+        let table = files.indirection();
+        let adjacency = self.current_adjacency(cancel, report)?;
+        let n = adjacency.len();
+        let mut reached = vec![false; n];
+        let starts: Vec<VertexId> = self
+            .entrance()
+            .ids()
+            .iter()
+            .copied()
+            .chain(std::iter::once(files.manifest().medoid))
+            .filter(|&s| (s as usize) < n && table.entry(s).is_some())
+            .collect();
+        let walk = |from: &[VertexId], reached: &mut Vec<bool>| {
+            let mut queue: Vec<VertexId> = Vec::new();
+            for &s in from {
+                if !reached[s as usize] {
+                    reached[s as usize] = true;
+                    queue.push(s);
+                }
+            }
+            while let Some(u) = queue.pop() {
+                for &w in &adjacency[u as usize] {
+                    if (w as usize) < n && !reached[w as usize] && table.entry(w).is_some() {
+                        reached[w as usize] = true;
+                        queue.push(w);
+                    }
+                }
+            }
+        };
+        walk(&starts, &mut reached);
+        let lost: Vec<VertexId> = (0..n as VertexId)
+            .filter(|&v| !reached[v as usize] && self.is_live_undeleted(v))
+            .collect();
+        if lost.is_empty() {
+            return Ok(());
+        }
+        let mut reader = self.reader()?;
+        let layout = files.vector_layout();
+        let mut slot = vec![0u8; layout.slot_size()];
+        let mut page_buf = vec![0u8; PAGE_SIZE];
+        for w in lost {
+            if reached[w as usize] {
+                continue; // reconnected through an earlier link
+            }
+            if cancel() {
+                return Err(interrupted());
+            }
+            files.read_vector_slot(w, &mut slot)?;
+            let vector = layout.parse_slot(&slot)?.vector();
+            let params = SearchParams {
+                k: 10,
+                list: self.widened_list(40),
+                casr: CasrMode::Off,
+                ..SearchParams::default()
+            };
+            let mut cursor = SearchCursor::new(&mut reader, &vector, params)?;
+            let hits = cursor.next_batch(10)?;
+            let Some(x) = hits
+                .iter()
+                .map(|h| h.id)
+                .find(|&x| x != w && (x as usize) < n && reached[x as usize])
+            else {
+                continue;
+            };
+            if self.link_from(writer, locks, x, w, &mut page_buf)? {
+                report.orphans_linked += 1;
+                report.pages_written += 1;
+                walk(&[w], &mut reached);
+            }
+        }
+        Ok(())
+    }
+
+    /// Every vertex's current edge list, from one sequential pass over the edge file.
+    fn current_adjacency(
+        &self,
+        cancel: &dyn Fn() -> bool,
+        report: &mut ConsolidateReport,
+    ) -> Result<Vec<Vec<VertexId>>, IndexError> {
+        let files = self.files();
+        let layout = files.edge_layout();
+        let table = files.indirection();
+        let n = (files.state().get(Field::NextVertex) as usize).min(table.capacity());
+        let pages = files.state().get(Field::EdgePages) as usize;
+        let file = std::fs::File::open(files.edge_path())?;
+        let file_pages = (file.metadata()?.len() / PAGE_SIZE as u64) as usize;
+        let last = pages.min(file_pages);
+        let mut adjacency = vec![Vec::new(); n];
+        let mut buf = vec![0u8; SCAN_PAGES * PAGE_SIZE];
+        let mut first = 0;
+        while first < last {
+            if cancel() {
+                return Err(interrupted());
+            }
+            let count = SCAN_PAGES.min(last - first);
+            let chunk = &mut buf[..count * PAGE_SIZE];
+            file.read_exact_at(chunk, (first * PAGE_SIZE) as u64)?;
+            report.edge_pages_read += count as u64;
+            for (i, page) in chunk.chunks_exact(PAGE_SIZE).enumerate() {
+                let page_no = (first + i) as u32;
+                if layout.verify(&files.edge_path(), page, page_no).is_err() {
+                    continue;
+                }
+                for s in 0..layout.slots_per_page() {
+                    let slot = layout.slot(page, s);
+                    let owner = slot.owner();
+                    if slot.is_free() || owner as usize >= n {
+                        continue;
+                    }
+                    let here = EdgeLocation {
+                        page: page_no,
+                        slot: s as u16,
+                    };
+                    if table.entry(owner).map(|e| e.edge) == Some(here) {
+                        adjacency[owner as usize] = slot.to_vec();
+                    }
+                }
+            }
+            first += count;
+        }
+        Ok(adjacency)
+    }
+
+    /// Adds `w` to the list of `x` (replacing its last, farthest entry when full). Returns
+    /// whether a list was written.
+    fn link_from(
+        &self,
+        writer: &SideFileWriter<'_>,
+        locks: &dyn WriteLocks,
+        x: VertexId,
         w: VertexId,
-        is_doomed: &dyn Fn(VertexId) -> bool,
         page_buf: &mut [u8],
     ) -> Result<bool, IndexError> {
         let files = self.files();
-        let table = files.indirection();
-        let own = {
-            let _stripe = StripeGuard::lock(locks, &[w]);
-            let Some(entry) = table.entry(w) else {
-                return Ok(false);
-            };
-            read_current_list(files, w, entry.edge, page_buf)?
-        };
-        let Some(&x) = own
-            .iter()
-            .find(|&&x| !is_doomed(x) && self.is_live_undeleted(x))
-        else {
-            return Ok(false);
-        };
-        let _stripes = StripeGuard::lock(locks, &[x]);
-        let Some(entry) = table.entry(x) else {
+        let _stripe = StripeGuard::lock(locks, &[x]);
+        let Some(entry) = files.indirection().entry(x) else {
             return Ok(false);
         };
         let mut list = read_current_list(files, x, entry.edge, page_buf)?;

@@ -1,0 +1,114 @@
+//! `aminsert`: one row into a navis index, from any backend, concurrently with other inserts
+//! and scans (`navis_engine::update::insert` does the work; this layer reads the datum,
+//! applies the same row rules as the build, and turns engine errors into ERRORs).
+
+use crate::datum::VectorInput;
+use crate::errors::raise;
+use crate::guc;
+use crate::scan::open_index;
+use crate::sidefiles;
+use navis_engine::storage::HeapTid;
+use navis_engine::update::InsertParams;
+use navis_engine::Metric;
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+use pgrx::PgSqlErrorCode;
+
+#[pg_guard]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C-unwind" fn aminsert(
+    index: pg_sys::Relation,
+    values: *mut pg_sys::Datum,
+    isnull: *mut bool,
+    heap_tid: pg_sys::ItemPointer,
+    _heap: pg_sys::Relation,
+    _check_unique: pg_sys::IndexUniqueCheck::Type,
+    _index_unchanged: bool,
+    _index_info: *mut pg_sys::IndexInfo,
+) -> bool {
+    // SAFETY: one key column, so one value/isnull pair; heap_tid is the new tuple's TID.
+    let (datum, is_null, tid) = unsafe { (*values, *isnull, *heap_tid) };
+    if is_null {
+        return false; // NULL vectors are not indexed (as in the build, and pgvector)
+    }
+    let block = pgrx::itemptr::item_pointer_get_block_number(&tid);
+    let offset = pgrx::itemptr::item_pointer_get_offset_number(&tid);
+    // SAFETY: an open index relation with one key column.
+    let type_oid = unsafe { *(*index).rd_opcintype };
+    let metric = crate::am::index_metric(index);
+    // SAFETY: a non-NULL datum of the indexed column's type.
+    let vector = unsafe { VectorInput::for_type(type_oid).as_vector(datum, "vector") };
+    if let Err(e) = navis_engine::validate(vector) {
+        raise(
+            crate::errors::vector_error_code(&e),
+            format!("cannot index row ({block},{offset}): {e}"),
+            Some("Fix the value before storing it, or exclude such rows with a partial index (WHERE ...)."),
+        )
+    }
+    if metric == Metric::Cosine && vector.iter().all(|x| *x == 0.0) {
+        return false; // no direction, no cosine distance: left out, as the build does
+    }
+    let open = open_index(index);
+    let name = || sidefiles::relation_name(index);
+    if !open.index.accepts_inserts() {
+        raise(
+            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            format!(
+                "navis index \"{}\" was built over an empty table and cannot take rows yet",
+                name()
+            ),
+            Some(&format!(
+                "navis trains its quantizer when the index is built. Load some rows first and create the index then, or run REINDEX INDEX {} after loading.",
+                name()
+            )),
+        )
+    }
+    if vector.len() != open.index.dim() {
+        raise(
+            PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
+            format!(
+                "cannot index row ({block},{offset}): it has {} dimensions, index \"{}\" has {}",
+                vector.len(),
+                name(),
+                open.index.dim()
+            ),
+            Some("All vectors in a navis index must have the same number of dimensions."),
+        )
+    }
+    let casr_window = if guc::CASR_ENABLED.get() {
+        open.insert_calibrator.lock().unwrap().window()
+    } else {
+        None
+    };
+    let params = InsertParams {
+        list: guc::INSERT_LIST.get().max(1) as usize,
+        beam_width: guc::BEAM_WIDTH.get().max(1) as usize,
+        entry_list: guc::ENTRY_POINTS.get().max(1) as usize,
+        rerank_k: guc::RERANK_TOP_K.get().max(1) as usize,
+        casr_window,
+    };
+    let mut reader = match open.index.reader() {
+        Ok(r) => r,
+        Err(e) => raise(
+            PgSqlErrorCode::ERRCODE_IO_ERROR,
+            format!("navis could not open a reader: {e}"),
+            None,
+        ),
+    };
+    let locks = open.locks();
+    let tid = HeapTid { block, offset };
+    match open
+        .index
+        .insert(&mut reader, &locks, vector, tid, params)
+    {
+        Ok(report) => {
+            if casr_window.is_none() && guc::CASR_ENABLED.get() {
+                if let Some(w) = report.calibration_sample {
+                    open.insert_calibrator.lock().unwrap().record_window(w);
+                }
+            }
+        }
+        Err(e) => crate::errors::raise_index_error(&format!("insert into navis index \"{}\"", name()), e),
+    }
+    false
+}

@@ -1,0 +1,124 @@
+//! VACUUM of a navis index: `ambulkdelete` flags the vertices of dead heap tuples (lazy
+//! deletes, `Index::bulk_delete`); `amvacuumcleanup` consolidates once the deleted share
+//! reaches the index's `consolidate_threshold` (`Index::consolidate`: repair the lists that
+//! point at deleted vertices, free those vertices, compact sparse pages, reconnect vertices
+//! no search can reach), and otherwise, if rows were inserted since the last VACUUM, only
+//! restores reachability (`Index::reconnect`). Both check for cancellation between batches
+//! and leave a consistent index when interrupted.
+
+use crate::errors::raise_index_error;
+use crate::options::BuildOptions;
+use crate::scan::{open_index, OpenIndex};
+use crate::sidefiles;
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+use std::rc::Rc;
+
+/// Whether a cancel, statement timeout or termination is pending (see build.rs).
+fn interrupt_pending() -> bool {
+    // SAFETY: sig_atomic_t flags set by signal handlers, read as PostgreSQL's own macros do.
+    unsafe {
+        std::ptr::read_volatile(&raw const pg_sys::QueryCancelPending) != 0
+            || std::ptr::read_volatile(&raw const pg_sys::ProcDiePending) != 0
+    }
+}
+
+/// The index as VACUUM sees it, or `None` for an index whose side files are gone (VACUUM of
+/// a table must not fail because one of its indexes needs a REINDEX; scans report that).
+fn open_for_vacuum(index: pg_sys::Relation) -> Option<Rc<OpenIndex>> {
+    sidefiles::read_metapage(index)?;
+    let dir = sidefiles::side_dir(index);
+    if !dir.join("manifest").exists() {
+        return None;
+    }
+    Some(open_index(index))
+}
+
+fn result_of(
+    info: *mut pg_sys::IndexVacuumInfo,
+    stats: *mut pg_sys::IndexBulkDeleteResult,
+) -> *mut pg_sys::IndexBulkDeleteResult {
+    if !stats.is_null() {
+        return stats;
+    }
+    // SAFETY: a zeroed result in the current memory context; `info->index` is open.
+    unsafe {
+        let mut s = PgBox::<pg_sys::IndexBulkDeleteResult>::alloc0();
+        s.num_pages = pg_sys::RelationGetNumberOfBlocksInFork(
+            (*info).index,
+            pg_sys::ForkNumber::MAIN_FORKNUM,
+        );
+        s.estimated_count = true;
+        s.into_pg()
+    }
+}
+
+#[pg_guard]
+pub unsafe extern "C-unwind" fn ambulkdelete(
+    info: *mut pg_sys::IndexVacuumInfo,
+    stats: *mut pg_sys::IndexBulkDeleteResult,
+    callback: pg_sys::IndexBulkDeleteCallback,
+    callback_state: *mut std::ffi::c_void,
+) -> *mut pg_sys::IndexBulkDeleteResult {
+    let stats = result_of(info, stats);
+    // SAFETY: VACUUM passes an open index in `info`.
+    let index = unsafe { (*info).index };
+    let (Some(open), Some(callback)) = (open_for_vacuum(index), callback) else {
+        return stats;
+    };
+    let is_dead = |tid: navis_engine::storage::HeapTid| {
+        let mut item = pg_sys::ItemPointerData::default();
+        pgrx::itemptr::item_pointer_set_all(&mut item, tid.block, tid.offset);
+        // SAFETY: VACUUM's callback with its own state; it only looks the TID up.
+        unsafe { callback(&mut item, callback_state) }
+    };
+    match open.index.bulk_delete(is_dead, &interrupt_pending) {
+        Ok(report) => {
+            // SAFETY: `stats` is the palloc'd result returned to VACUUM.
+            unsafe {
+                (*stats).tuples_removed += report.newly_deleted as f64;
+                (*stats).num_index_tuples = report.live as f64;
+                (*stats).estimated_count = false;
+            }
+        }
+        Err(e) => raise_index_error(
+            &format!("vacuum of navis index \"{}\"", sidefiles::relation_name(index)),
+            e,
+        ),
+    }
+    stats
+}
+
+#[pg_guard]
+pub unsafe extern "C-unwind" fn amvacuumcleanup(
+    info: *mut pg_sys::IndexVacuumInfo,
+    stats: *mut pg_sys::IndexBulkDeleteResult,
+) -> *mut pg_sys::IndexBulkDeleteResult {
+    let stats = result_of(info, stats);
+    // SAFETY: VACUUM passes an open index in `info`.
+    let (index, analyze_only) = unsafe { ((*info).index, (*info).analyze_only) };
+    if analyze_only {
+        return stats;
+    }
+    let Some(open) = open_for_vacuum(index) else {
+        return stats;
+    };
+    let threshold = BuildOptions::of_index(index).consolidate_threshold;
+    let locks = open.locks();
+    let context = || format!("vacuum of navis index \"{}\"", sidefiles::relation_name(index));
+    if open.index.deleted_len() > 0 && open.index.deleted_fraction() >= threshold {
+        if let Err(e) = open.index.consolidate(&locks, &interrupt_pending) {
+            raise_index_error(&context(), e)
+        }
+    } else if let Err(e) = open.index.reconnect(&locks, &interrupt_pending) {
+        // Inserts since the last VACUUM may have left vertices without a path from the
+        // entry points (back-edge pruning); link them again.
+        raise_index_error(&context(), e)
+    }
+    // SAFETY: `stats` is the palloc'd result returned to VACUUM.
+    unsafe {
+        (*stats).num_index_tuples = open.index.live_len() as f64;
+        (*stats).estimated_count = false;
+    }
+    stats
+}
