@@ -10,6 +10,8 @@
 //!   [`ALLOC_OVERHEAD`] per vertex. They are copied out of the flat array a sixteenth at
 //!   a time while the array shrinks behind them: with `F` bytes of flat array and `G` of
 //!   finished lists per vertex, the copy holds at most `n max(F, G) + n F / 16`;
+//! * **build_codes**: `n * dim`, the 8-bit codes the graph build computes its distances on
+//!   (`sq8`; held during the graph build only, freed before the copy-out);
 //! * **pq_codes**: `n * pq_bytes`, the compressed vectors the index keeps beside the graph;
 //! * **entrance**: the 1% entrance sample's vectors, lists and id maps;
 //! * **scratch**, per thread: the visited bitmap with its touched-word list
@@ -29,8 +31,8 @@
 //!   the in-degree; on 390K GloVe-50 vectors that phase set the peak.
 //!
 //! Phases free their working memory before the next starts, so the peak is the vectors
-//! and codes plus the largest of: PQ training; adjacency + entrance + scratch (the graph
-//! build); the copy into the finished graph; graph + placement (the entrance graph is
+//! and codes plus the largest of: PQ training; adjacency + build codes + entrance + scratch
+//! (the graph build); the copy into the finished graph; graph + placement (the entrance graph is
 //! built after placement, beside the graph, and is smaller).
 //!
 //! The test `estimate_covers_what_a_build_allocates` in this module builds graphs and
@@ -51,6 +53,7 @@ const ENTRANCE_DEGREE: usize = 32;
 pub struct BuildMemory {
     pub vectors: u64,
     pub adjacency: u64,
+    pub build_codes: u64,
     pub pq_codes: u64,
     pub entrance: u64,
     pub scratch: u64,
@@ -64,7 +67,7 @@ pub struct BuildMemory {
 impl BuildMemory {
     /// The peak over the build's phases (see the module comment).
     pub fn total(&self) -> u64 {
-        let graph_build = self.adjacency + self.entrance + self.scratch;
+        let graph_build = self.adjacency + self.build_codes + self.entrance + self.scratch;
         let copy_out = self.adjacency + self.graph_copy;
         let placement = self.graph + self.placement.max(self.entrance);
         let phases = [self.pq_training, graph_build, copy_out, placement];
@@ -99,6 +102,9 @@ pub fn estimate_build_memory_detailed(
         vectors: n64 * dim as u64 * 4,
         adjacency: n64 * adjacency_bytes_per_vertex(max_degree)
             + LOCK_STRIPES.min(n) as u64 * std::mem::size_of::<std::sync::Mutex<()>>() as u64,
+        // Counted for every metric: inner-product builds skip the codes, and the estimate
+        // does not know the metric.
+        build_codes: n64 * dim as u64,
         graph,
         graph_copy: graph.saturating_sub(flat) + flat.div_ceil(16),
         pq_codes: n64 * pq_bytes as u64,
@@ -224,6 +230,7 @@ mod tests {
         let m = estimate_build_memory_detailed(1000, 16, 32, 16, 64, 2);
         assert_eq!(m.vectors, 1000 * 16 * 4);
         assert_eq!(m.pq_codes, 16_000);
+        assert_eq!(m.build_codes, 16_000);
         let lock = std::mem::size_of::<std::sync::Mutex<()>>() as u64;
         assert_eq!(m.adjacency, 1000 * (42 * 4 + 2 + 4) + 1000 * lock);
         assert_eq!(m.graph, 1000 * (24 + 32 * 4 + ALLOC_OVERHEAD));
@@ -233,7 +240,7 @@ mod tests {
         assert_eq!(m.placement, 1000 * (16 + 32 * 4 + 4 + 16) + 24);
         // At 16-d the placement phase beside the finished graph is the largest; only one
         // phase's working memory is held at a time.
-        assert!(m.graph + m.placement > m.adjacency + m.entrance + m.scratch);
+        assert!(m.graph + m.placement > m.adjacency + m.build_codes + m.entrance + m.scratch);
         assert!(m.graph + m.placement > m.adjacency + m.graph_copy);
         assert!(m.graph + m.placement > m.pq_training);
         assert_eq!(m.total(), m.vectors + m.pq_codes + m.graph + m.placement);
@@ -292,6 +299,10 @@ mod tests {
                 est.scratch
             );
             assert_eq!(est.vectors as usize, std::mem::size_of_val(data.as_slice()));
+            assert_eq!(
+                stats.codes_bytes as u64, est.build_codes,
+                "one byte per value"
+            );
         }
     }
 

@@ -11,6 +11,7 @@
 pub mod memory;
 pub mod prune;
 pub mod search;
+pub mod sq8;
 pub mod vamana;
 
 #[cfg(test)]
