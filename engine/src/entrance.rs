@@ -143,6 +143,68 @@ pub struct PromotionPlan {
 }
 
 impl PromotionPlan {
+    /// The promoted vertex (global id).
+    pub fn vertex(&self) -> VertexId {
+        self.vertex
+    }
+
+    /// Serialises the plan (little-endian u32s and f32s), so that every process sharing an
+    /// index can apply the same promotion to its copy of the graph (`update::promote`).
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut put = |x: u32| out.extend_from_slice(&x.to_le_bytes());
+        put(self.vertex);
+        put(self.vector.len() as u32);
+        put(self.neighbors.len() as u32);
+        put(self.updates.len() as u32);
+        for x in &self.vector {
+            put(x.to_bits());
+        }
+        for &l in &self.neighbors {
+            put(l);
+        }
+        for (p, list) in &self.updates {
+            put(*p);
+            put(list.len() as u32);
+            for &l in list {
+                put(l);
+            }
+        }
+        out
+    }
+
+    /// Reads a plan written by [`PromotionPlan::to_bytes`].
+    pub fn from_bytes(bytes: &[u8]) -> Result<PromotionPlan, EntranceError> {
+        let mut r = Reader { bytes, pos: 0 };
+        let vertex = r.u32()?;
+        let (dim, neighbors, updates) = (r.u32()? as usize, r.u32()? as usize, r.u32()? as usize);
+        if dim > crate::MAX_DIM || neighbors > bytes.len() || updates > bytes.len() {
+            return Err(format_err("promotion plan with impossible sizes"));
+        }
+        let vector = (0..dim)
+            .map(|_| r.u32().map(f32::from_bits))
+            .collect::<Result<Vec<f32>, _>>()?;
+        let neighbors = (0..neighbors)
+            .map(|_| r.u32())
+            .collect::<Result<Vec<u32>, _>>()?;
+        let mut lists = Vec::with_capacity(updates);
+        for _ in 0..updates {
+            let p = r.u32()?;
+            let len = r.u32()? as usize;
+            if len > bytes.len() {
+                return Err(format_err("promotion plan with an impossible list"));
+            }
+            let list = (0..len).map(|_| r.u32()).collect::<Result<Vec<u32>, _>>()?;
+            lists.push((p, list));
+        }
+        Ok(PromotionPlan {
+            vertex,
+            vector,
+            neighbors,
+            updates: lists,
+        })
+    }
+
     /// Global ids of the promoted vertex's neighbours in `graph`.
     pub fn neighbors(&self, graph: &EntranceGraph) -> Vec<VertexId> {
         self.neighbors

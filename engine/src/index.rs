@@ -30,7 +30,8 @@
 use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, RwLock, RwLockReadGuard};
 use std::time::{Duration, Instant};
 
 use rand::seq::index::sample;
@@ -534,7 +535,10 @@ pub enum CasrSetting {
 pub struct Index {
     files: IndexFiles,
     pq: ProductQuantizer,
-    entrance: EntranceGraph,
+    /// This process's copy of the entrance graph: the build's, plus the promotions of
+    /// `entrance.log` up to `entrance_applied` bytes (`update::promote`).
+    entrance: RwLock<EntranceGraph>,
+    entrance_applied: AtomicU64,
     calibrator: Mutex<WindowCalibrator>,
 }
 
@@ -561,12 +565,15 @@ impl Index {
                 m.vertex_count
             )));
         }
-        Ok(Index {
+        let index = Index {
             files,
             pq,
-            entrance,
+            entrance: RwLock::new(entrance),
+            entrance_applied: AtomicU64::new(0),
             calibrator: Mutex::new(WindowCalibrator::for_search()),
-        })
+        };
+        index.sync_entrance();
+        Ok(index)
     }
 
     pub fn dir(&self) -> &Path {
@@ -642,9 +649,33 @@ impl Index {
         &self.pq
     }
 
-    /// The in-memory entrance graph.
-    pub fn entrance(&self) -> &EntranceGraph {
-        &self.entrance
+    /// The in-memory entrance graph, brought up to date with the promotions other
+    /// processes logged.
+    pub fn entrance(&self) -> RwLockReadGuard<'_, EntranceGraph> {
+        self.sync_entrance();
+        self.entrance.read().expect("entrance lock")
+    }
+
+    /// Applies the promotions of `entrance.log` this process has not applied yet. A record
+    /// that cannot be read or applied stops the catch-up there (the graph stays as it was:
+    /// a stale entrance graph costs hops, never correctness).
+    pub fn sync_entrance(&self) {
+        let logged = self.files.state().get(Field::EntranceLogBytes) as u64;
+        if self.entrance_applied.load(Ordering::Acquire) >= logged {
+            return;
+        }
+        let mut graph = self.entrance.write().expect("entrance lock");
+        let applied = self.entrance_applied.load(Ordering::Acquire);
+        if applied >= logged {
+            return;
+        }
+        let done = crate::update::promote::apply_log(
+            &self.files.dir().join(crate::storage::names::ENTRANCE_LOG),
+            applied,
+            logged,
+            &mut graph,
+        );
+        self.entrance_applied.store(done, Ordering::Release);
     }
 
     /// Replaces the search-window calibrator (e.g. to change the warm-up count).
@@ -812,7 +843,7 @@ impl IndexSource for DiskReader<'_> {
         };
         // The query was checked against the index's dimension, which the entrance graph
         // shares (checked at open), so the search cannot fail.
-        match self.index.entrance.search_live_counted(query, list, live) {
+        match self.index.entrance().search_live_counted(query, list, live) {
             Ok(((entry, _), distances)) => {
                 counters.entrance_distances += distances as u64;
                 entry

@@ -319,6 +319,7 @@ pub struct SearchCursor<'a, S: IndexSource> {
     page_buf: Vec<u8>,
     frontier: Vec<VertexId>,
     lists: HashMap<VertexId, (EdgeLocation, Vec<VertexId>)>,
+    entry_points: Vec<VertexId>,
 }
 
 impl<'a, S: IndexSource> SearchCursor<'a, S> {
@@ -365,6 +366,7 @@ impl<'a, S: IndexSource> SearchCursor<'a, S> {
             page_buf: Vec::new(),
             frontier: Vec::new(),
             lists: HashMap::new(),
+            entry_points: Vec::new(),
         })
     }
 
@@ -406,6 +408,11 @@ impl<'a, S: IndexSource> SearchCursor<'a, S> {
     /// The candidate list: `(vertex, PQ distance)`, closest first.
     pub fn explored(&self) -> Vec<(VertexId, f32)> {
         self.list.items.iter().map(|c| (c.id, c.distance)).collect()
+    }
+
+    /// Where the search started (entrance-graph entry points, or the medoid).
+    pub fn entry_points(&self) -> &[VertexId] {
+        &self.entry_points
     }
 
     /// The exact vector of `id` if this search loaded it.
@@ -475,9 +482,10 @@ impl<'a, S: IndexSource> SearchCursor<'a, S> {
         } else {
             vec![self.source.medoid()]
         };
-        for v in entries {
+        for &v in &entries {
             self.score(v);
         }
+        self.entry_points = entries;
         Ok(())
     }
 

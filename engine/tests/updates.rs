@@ -92,6 +92,7 @@ fn concurrent_inserts_and_searches_match_a_fresh_build() {
 
     let locks = LocalLocks::new(64);
     let opened = Index::open(&dir).unwrap();
+    let entrance_at_build = opened.entrance().len();
     assert!(recover(opened.files(), &locks, EPOCH).unwrap().rebuilt);
     assert!(!recover(opened.files(), &locks, EPOCH).unwrap().rebuilt);
     assert!(opened.verify().unwrap().is_clean());
@@ -160,6 +161,14 @@ fn concurrent_inserts_and_searches_match_a_fresh_build() {
 
     let index = Index::open(&dir).unwrap();
     assert_eq!(index.len(), BASE + INSERTED);
+    // The entrance graph grew with the index (about entrance_ratio of the inserts were
+    // promoted), and a process that opens the index later, or kept it open all along, sees
+    // the same graph.
+    let entrance: Vec<VertexId> = index.entrance().ids().to_vec();
+    assert!(entrance.len() > entrance_at_build, "{} vs {entrance_at_build}", entrance.len());
+    assert!(entrance.len() as f64 >= 0.01 * (BASE + INSERTED) as f64);
+    assert!(entrance.iter().any(|&v| v as usize >= BASE));
+    assert_eq!(opened.entrance().ids(), &entrance[..]);
     let report = index.verify().unwrap();
     assert_eq!(report.problem_count, 0, "{report:?}");
     assert_eq!(report.dangling_edges, 0);

@@ -64,8 +64,11 @@ impl IndexFiles {
         }
 
         let state = SharedState::open(&dir.join(names::STATE))?;
-        let (pq_file, pq_codes) =
-            map_pq_codes(&dir.join(names::PQ_CODES), &manifest, indirection.capacity())?;
+        let (pq_file, pq_codes) = map_pq_codes(
+            &dir.join(names::PQ_CODES),
+            &manifest,
+            indirection.capacity(),
+        )?;
         let pq_codebook = blob::read(&dir.join(names::PQ_CODEBOOK), BlobKind::PqCodebook)?;
         let entrance = blob::read(&dir.join(names::ENTRANCE), BlobKind::EntranceGraph)?;
         Ok(IndexFiles {
@@ -179,7 +182,25 @@ impl IndexFiles {
         self.pq_file
             .set_len((target * self.manifest.pq_bytes as usize) as u64)
             .map_err(|e| StorageError::io(&path, "extend", e))?;
+        self.extend_vector_file(target)?;
         self.indirection.grow_to(target)
+    }
+
+    /// Makes the vector file hold at least `slots` slots. Only growth under the allocator
+    /// lock changes the file's length, so concurrent slot writes never race an extension
+    /// (an extension computed from a stale length could otherwise cut off a slot another
+    /// backend just wrote).
+    pub fn extend_vector_file(&self, slots: usize) -> Result<(), StorageError> {
+        let path = self.vector_path();
+        let needed = self.vector_layout.file_len(slots as u32);
+        if file_len(&path, &self.vectors)? >= needed {
+            return Ok(());
+        }
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .and_then(|f| f.set_len(needed))
+            .map_err(|e| StorageError::io(&path, "extend", e))
     }
 
     /// The payload written from `ProductQuantizer::to_bytes`.

@@ -34,7 +34,9 @@
 use super::checksum::crc32;
 use super::error::StorageError;
 use super::vector_file::HeapTid;
-use super::{put_u32, put_u64, read_u32, read_u64, verify_header_prefix, FORMAT_VERSION, PAGE_SIZE};
+use super::{
+    put_u32, put_u64, read_u32, read_u64, verify_header_prefix, FORMAT_VERSION, PAGE_SIZE,
+};
 use crate::VertexId;
 use memmap2::{MmapOptions, MmapRaw};
 use std::fs::{File, OpenOptions};
@@ -178,8 +180,7 @@ impl IndirectionTable {
             return Err(StorageError::corrupt(path, "unexpected entries per block"));
         }
         let capacity = read_u64(header, CAPACITY_AT);
-        if !capacity.is_multiple_of(ENTRIES_PER_BLOCK as u64) || capacity > MAX_VERTICES as u64
-        {
+        if !capacity.is_multiple_of(ENTRIES_PER_BLOCK as u64) || capacity > MAX_VERTICES as u64 {
             return Err(StorageError::corrupt(
                 path,
                 format!("impossible capacity {capacity}"),
@@ -437,7 +438,13 @@ mod tests {
             }
         );
         assert!(e.is_live() && e.is_deleted());
-        assert_eq!(e.tid, HeapTid { block: 1025, offset: 7 });
+        assert_eq!(
+            e.tid,
+            HeapTid {
+                block: 1025,
+                offset: 7
+            }
+        );
         assert_eq!(table.entry(5), None);
         assert_eq!(table.entry(4096), None);
         assert!(table.publish(2048, entry(0, 0, 0)).is_err());
@@ -454,7 +461,10 @@ mod tests {
         table.release(3000, 42).unwrap();
         assert_eq!(other.entry(3000), None);
         assert_eq!(other.free_link(3000).unwrap(), 42);
-        assert!(table.mark_deleted(3000).unwrap(), "a free vertex is never marked");
+        assert!(
+            table.mark_deleted(3000).unwrap(),
+            "a free vertex is never marked"
+        );
         assert_eq!(other.entry(3000), None);
         assert!(table
             .relocate_edges(5, EdgeLocation { page: 1, slot: 1 })

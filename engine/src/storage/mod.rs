@@ -61,6 +61,9 @@ pub mod names {
     pub const PQ_CODES: &str = "pq_codes.dat";
     pub const ENTRANCE: &str = "entrance.bin";
     pub const STATE: &str = "state.dat";
+    /// Promotions into the entrance graph after the build, appended by inserts (created by
+    /// the first one; not part of a freshly built directory).
+    pub const ENTRANCE_LOG: &str = "entrance.log";
 
     /// Every file a complete index directory holds, the manifest last because its presence
     /// marks the index complete.

@@ -54,6 +54,8 @@ pub enum Field {
     Published,
     /// Published vertices carrying the deleted flag.
     Deleted,
+    /// Bytes of `entrance.log` that hold complete promotions (the dynamic entrance graph).
+    EntranceLogBytes,
 }
 
 impl Field {
@@ -68,6 +70,7 @@ impl Field {
             Field::FreePageCount => 92,
             Field::Published => 96,
             Field::Deleted => 100,
+            Field::EntranceLogBytes => 104,
         }
     }
 }
@@ -99,13 +102,17 @@ pub enum Counter {
     ListsCompacted,
     /// Vertices that were unreachable and got linked (consolidation and reconnection).
     OrphansLinked,
+    /// Distinct edge pages an in-place update of the lists inserts changed would have
+    /// rewritten (the pages the lists were on, plus one for each new vertex): the baseline
+    /// that out-of-place writes are measured against.
+    InsertPagesInPlace,
     /// The `Inserts` count when reachability was last restored: VACUUM of a table without
     /// deletes re-checks reachability only when inserts happened since.
     InsertsAtLastReconnect,
 }
 
 impl Counter {
-    pub const ALL: [Counter; 15] = [
+    pub const ALL: [Counter; 16] = [
         Counter::Inserts,
         Counter::InsertPagesRead,
         Counter::InsertVectorsLoaded,
@@ -120,6 +127,7 @@ impl Counter {
         Counter::ListsRepaired,
         Counter::ListsCompacted,
         Counter::OrphansLinked,
+        Counter::InsertPagesInPlace,
         Counter::InsertsAtLastReconnect,
     ];
 
@@ -146,6 +154,7 @@ impl Counter {
             Counter::ListsRepaired => "lists_repaired",
             Counter::ListsCompacted => "lists_compacted",
             Counter::OrphansLinked => "orphans_linked",
+            Counter::InsertPagesInPlace => "insert_pages_in_place",
             Counter::InsertsAtLastReconnect => "inserts_at_last_reconnect",
         }
     }
@@ -183,6 +192,8 @@ impl SharedState {
         state.set(Field::EdgePages, live_per_page.len() as u32);
         state.set(Field::FreeVertexHead, NONE);
         state.set(Field::FreePageHead, NONE);
+        // A build can leave a few vertices unreachable too: the first VACUUM checks.
+        state.set_counter(Counter::InsertsAtLastReconnect, u64::MAX);
         for (page, &live) in live_per_page.iter().enumerate() {
             state.page_live(page as u32).store(live, Ordering::Relaxed);
             if live == 0 {

@@ -86,9 +86,7 @@ fn assert_index_matches(files: &IndexFiles, f: &Fixture) {
             .slot_owned_by(&page, entry.edge.slot as usize, v)
             .expect("slot owned by its vertex");
         assert_eq!(list.to_vec(), f.adjacency[v as usize], "vertex {v}");
-        files
-            .read_vector_slot(v, &mut slot)
-            .unwrap();
+        files.read_vector_slot(v, &mut slot).unwrap();
         let parsed = vlayout.parse_slot(&slot).unwrap();
         assert!(parsed.is_owned_by(v));
         assert_eq!(parsed.tid(), f.tids[v as usize]);
@@ -389,9 +387,7 @@ fn in_place_primitives_and_owner_stamps() {
     let new_entry = files.indirection().entry(n as VertexId).unwrap();
     assert_eq!(new_entry.tid, tid);
     let mut slot = vec![0u8; files.vector_layout().slot_size()];
-    files
-        .read_vector_slot(n as u32, &mut slot)
-        .unwrap();
+    files.read_vector_slot(n as u32, &mut slot).unwrap();
     let parsed = files.vector_layout().parse_slot(&slot).unwrap();
     assert_eq!(
         (parsed.vector(), parsed.tid(), parsed.owner()),

@@ -17,8 +17,8 @@ use super::edge_page::EdgePageLayout;
 use super::error::StorageError;
 use super::files::IndexFiles;
 use super::indirection::{EdgeLocation, IndirEntry, IndirectionTable, FLAG_LIVE};
-use super::state::SharedState;
 use super::manifest::{BuildParams, Manifest};
+use super::state::SharedState;
 use super::vector_file::{HeapTid, VectorLayout};
 use super::{names, PAGE_SIZE};
 use crate::placement::Placement;
@@ -345,10 +345,7 @@ fn write_pq_codes(
     manifest: &Manifest,
 ) -> Result<(), StorageError> {
     let mut bytes = input.pq_codes.to_vec();
-    bytes.resize(
-        manifest.indirection_capacity as usize * input.pq_bytes,
-        0,
-    );
+    bytes.resize(manifest.indirection_capacity as usize * input.pq_bytes, 0);
     write_bytes(staging, names::PQ_CODES, &bytes)
 }
 
@@ -418,8 +415,8 @@ impl<'a> SideFileWriter<'a> {
             .map_err(|e| StorageError::io(&path, "write", e))
     }
 
-    /// Writes `vector` into vector slot `slot`, stamped with `owner` and `tid`. A write past
-    /// the current end also writes the zero padding that keeps the file sector-aligned.
+    /// Writes `vector` into vector slot `slot`, stamped with `owner` and `tid`. The slot must
+    /// lie inside the file (the allocator extends it).
     pub fn write_vector_slot(
         &self,
         slot: u32,
@@ -431,6 +428,9 @@ impl<'a> SideFileWriter<'a> {
         let path = self.files.vector_path();
         let mut bytes = vec![0u8; layout.slot_size()];
         layout.encode_slot(&mut bytes, vector, owner, tid)?;
+        // Never set_len here: two writers extending from stale lengths could shrink the file
+        // under a slot the other just wrote. The allocator extends the file
+        // (IndexFiles::extend_vector_file); this only checks.
         let needed = layout.file_len(slot + 1);
         let len = self
             .vectors
@@ -438,9 +438,10 @@ impl<'a> SideFileWriter<'a> {
             .map_err(|e| StorageError::io(&path, "stat", e))?
             .len();
         if len < needed {
-            self.vectors
-                .set_len(needed)
-                .map_err(|e| StorageError::io(&path, "extend", e))?;
+            return Err(StorageError::invalid(format!(
+                "vector slot {slot} is beyond the end of {} ({len} bytes)",
+                path.display()
+            )));
         }
         self.vectors
             .write_all_at(&bytes, layout.slot_offset(slot))

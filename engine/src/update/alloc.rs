@@ -38,6 +38,8 @@ pub fn allocate_vertex(
     }
     let v = state.get(Field::NextVertex);
     files.grow_vertices(v as usize + 1)?;
+    // The build's vector file ends at its last vertex; cover the table's whole capacity.
+    files.extend_vector_file(files.indirection().capacity())?;
     state.set(Field::NextVertex, v + 1);
     Ok(v)
 }

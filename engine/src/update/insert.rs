@@ -8,8 +8,9 @@
 //!    exact vectors where CASR loaded them and PQ-reconstructed ("deflated") vectors
 //!    elsewhere; nothing more is read from the vector file.
 //! 3. **Writes**: the new vertex's vector goes into its vector slot and its code into the PQ
-//!    file. Then the edge lists that change (the new vertex's, and each chosen neighbour's
-//!    with the back-edge added, pruned when over the degree) are written **out of place**,
+//!    file. Then the edge lists that change (each chosen neighbour's with the back-edge
+//!    added, pruned when over the degree, and last the new vertex's, which also takes over
+//!    neighbours the pruning pushed out) are written **out of place**,
 //!    packed `slots_per_page` to a freshly allocated page, group by group: lock the group's
 //!    vertex stripes, take each list as it is now (the copy read while seeking if the
 //!    indirection still points where it was read, else one page read), write the page,
@@ -18,9 +19,9 @@
 //!    edge pages and one vector slot, never rewrites a page that holds other current
 //!    lists, and holds at most `slots_per_page` stripes at a time.
 //!
-//! An error before the new vertex is published returns its id to the free list; after it,
-//! the index is consistent at every step (a missing back-edge costs recall, not
-//! correctness).
+//! An error before the new vertex is published (with the last group) returns its id to the
+//! free list; back-edges already written to it then point at a free id, which readers skip.
+//! The index is consistent at every step (a missing edge costs recall, not correctness).
 
 use super::alloc::{allocate_vertex, release_vertex};
 use super::locks::{StripeGuard, WriteLocks};
@@ -76,6 +77,8 @@ pub struct InsertReport {
     /// Distinct pages the modified lists were on before the insert: what an in-place
     /// update would have rewritten (plus the new vertex's page).
     pub pages_in_place: u64,
+    /// Whether the new vertex was promoted into the entrance graph.
+    pub promoted: bool,
     /// With `casr_window: None`: the smallest window that would have kept this rerank's
     /// top-K, for the caller's insert-window calibration.
     pub calibration_sample: Option<usize>,
@@ -133,6 +136,7 @@ impl Index {
             .filter_map(|&(id, _)| cursor.expanded_list(id).map(|(l, n)| (id, (l, n.to_vec()))))
             .collect();
         let explored = cursor.explored();
+        let entry_points = cursor.entry_points().to_vec();
         drop(cursor);
 
         let max_degree = self.files().manifest().max_degree as usize;
@@ -164,12 +168,13 @@ impl Index {
         self.files().state().count(Counter::VectorsWritten, 1);
         vectors.exact.insert(v, query.clone());
 
-        let mut lists: Vec<VertexId> = Vec::with_capacity(neighbours.len() + 1);
+        // The neighbours' lists first and the new vertex's last, so that the new list can
+        // take over neighbours that the back-edges pushed out of their lists (below).
+        let mut lists: Vec<VertexId> = neighbours.clone();
         lists.push(v);
-        lists.extend(neighbours.iter().copied());
         let spp = self.files().edge_layout().slots_per_page();
         let mut old_pages: Vec<u32> = Vec::new();
-        let mut published = false;
+        let mut displaced: Vec<VertexId> = Vec::new();
         for group in lists.chunks(spp) {
             let outcome = self.write_group(
                 &writer,
@@ -182,20 +187,26 @@ impl Index {
                 &mut vectors,
                 &mut report,
                 &mut old_pages,
+                &mut displaced,
             );
             if let Err(e) = outcome {
-                if !published {
-                    let _ = release_vertex(self.files(), locks, v);
-                }
+                // The new vertex is published with the last group: until then it can go back.
+                let _ = release_vertex(self.files(), locks, v);
                 return Err(e);
             }
-            published = true;
         }
+        let e_pos: Vec<VertexId> = explored.iter().map(|&(id, _)| id).collect();
+        // Best effort: the row is in the index already, a failed promotion only leaves the
+        // entrance graph a little smaller.
+        report.promoted = self
+            .maybe_promote(locks, v, &query, &entry_points, &e_pos)
+            .unwrap_or(false);
         old_pages.sort_unstable();
         old_pages.dedup();
         report.pages_in_place = old_pages.len() as u64 + 1;
         let state = self.files().state();
         state.count(Counter::Inserts, 1);
+        state.count(Counter::InsertPagesInPlace, report.pages_in_place);
         state.count(
             Counter::InsertPagesRead,
             report.search.edge_pages_read + report.pages_reread,
@@ -207,8 +218,14 @@ impl Index {
         Ok(report)
     }
 
-    /// Writes one page worth of modified lists: `group` holds the new vertex `v` (first
-    /// group only) and neighbours that get the back-edge to `v`.
+    /// Writes one page worth of modified lists: `group` holds neighbours that get the
+    /// back-edge to `v` and, in the last group, `v` itself.
+    ///
+    /// A neighbour whose list is full is re-pruned, which can push out an old neighbour `z`;
+    /// if that was `z`'s only in-edge, no search could reach `z` any more. Such `z` are
+    /// collected in `displaced` and appended to the new vertex's list while it has room:
+    /// the new vertex is what displaced them, so it is close to them, and the path
+    /// `u -> v -> z` replaces `u -> z`.
     #[allow(clippy::too_many_arguments)]
     fn write_group(
         &self,
@@ -222,6 +239,7 @@ impl Index {
         vectors: &mut VectorCache<'_>,
         report: &mut InsertReport,
         old_pages: &mut Vec<u32>,
+        displaced: &mut Vec<VertexId>,
     ) -> Result<(), IndexError> {
         let files = self.files();
         let layout = files.edge_layout();
@@ -234,9 +252,18 @@ impl Index {
         let mut page_buf = vec![0u8; PAGE_SIZE];
         for &u in group {
             if u == v {
+                let mut list = v_list.to_vec();
+                for &z in displaced.iter() {
+                    if list.len() >= max_degree {
+                        break;
+                    }
+                    if z != v && !list.contains(&z) && self.is_live_undeleted(z) {
+                        list.push(z);
+                    }
+                }
                 changes.push(ListChange {
                     vertex: v,
-                    list: v_list.to_vec(),
+                    list,
                     old: None,
                 });
                 continue;
@@ -269,9 +296,11 @@ impl Index {
                     .filter(|&t| t != u && (t == v || self.is_live_undeleted(t)))
                     .map(|t| (t, prune.search_distance(&from, vectors.get(t))))
                     .collect();
-                robust_prune(&mut pool, alpha, max_degree, |a, b| {
+                let kept = robust_prune(&mut pool, alpha, max_degree, |a, b| {
                     vectors.distance(prune, a, b)
-                })
+                });
+                displaced.extend(current.iter().copied().filter(|z| !kept.contains(z)));
+                kept
             };
             changes.push(ListChange {
                 vertex: u,

@@ -9,6 +9,7 @@
 pub mod alloc;
 pub mod insert;
 pub mod locks;
+pub mod promote;
 pub mod vacuum;
 pub mod verify;
 pub mod write;
