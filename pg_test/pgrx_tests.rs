@@ -112,7 +112,7 @@ fn gucs_have_paper_defaults() {
         ("navis.beam_width", "4"),
         ("navis.entry_points", "10"),
         ("navis.rerank_top_k", "10"),
-        ("navis.casr_percentile_search", "100"),
+        ("navis.casr_percentile_search", "99"),
         ("navis.casr_percentile_insert", "90"),
         ("navis.casr_warmup", "1000"),
         ("navis.casr", "on"),

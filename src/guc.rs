@@ -15,8 +15,8 @@ pub static BEAM_WIDTH: GucSetting<i32> = GucSetting::<i32>::new(4);
 pub static ENTRY_POINTS: GucSetting<i32> = GucSetting::<i32>::new(10);
 /// `navis.rerank_top_k`: K whose stability ends a CASR rerank (paper: 10).
 pub static RERANK_TOP_K: GucSetting<i32> = GucSetting::<i32>::new(10);
-/// `navis.casr_percentile_search`: percentile of warm-up windows used for searches (README: 100).
-pub static CASR_PERCENTILE_SEARCH: GucSetting<f64> = GucSetting::<f64>::new(100.0);
+/// `navis.casr_percentile_search`: percentile of warm-up windows used for searches (README: 99).
+pub static CASR_PERCENTILE_SEARCH: GucSetting<f64> = GucSetting::<f64>::new(99.0);
 /// `navis.casr_percentile_insert`: the same for inserts (README: 90).
 pub static CASR_PERCENTILE_INSERT: GucSetting<f64> = GucSetting::<f64>::new(90.0);
 /// `navis.casr_warmup`: reranks per path used to calibrate the CASR window (README: 1000).

@@ -80,6 +80,7 @@ fn navis_index_stats(
         let open = scan::open_index(rel);
         let files = open.index.files();
         let m = files.manifest();
+        let entrance_vertices = open.index.entrance().len() as i64;
         let cal = open.calibrator.lock().unwrap();
         let c = *open.counters.lock().unwrap();
         let scans = *open.scans.lock().unwrap();
@@ -98,7 +99,7 @@ fn navis_index_stats(
             m.pq_bytes as i32,
             round6(m.params.entrance_ratio as f64),
             m.params.entrance_degree as i32,
-            open.index.entrance().len() as i64,
+            entrance_vertices,
             cal.window().map(|w| w as i32),
             cal.samples() as i64,
             scans as i64,

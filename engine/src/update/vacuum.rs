@@ -401,14 +401,25 @@ impl Index {
             };
             let mut cursor = SearchCursor::new(&mut reader, &vector, params)?;
             let hits = cursor.next_batch(10)?;
-            let Some(x) = hits
+            let linkers: Vec<VertexId> = hits
                 .iter()
                 .map(|h| h.id)
-                .find(|&x| x != w && (x as usize) < n && reached[x as usize])
-            else {
-                continue;
-            };
-            if self.link_from(writer, locks, x, w, &mut page_buf)? {
+                .filter(|&x| x != w && (x as usize) < n && reached[x as usize])
+                .collect();
+            // Prefer a vertex whose list has room: evicting an entry could cut off another.
+            let mut linked = false;
+            for &x in &linkers {
+                if self.link_from(writer, locks, x, w, false, &mut page_buf)? {
+                    linked = true;
+                    break;
+                }
+            }
+            if !linked {
+                if let Some(&x) = linkers.first() {
+                    linked = self.link_from(writer, locks, x, w, true, &mut page_buf)?;
+                }
+            }
+            if linked {
                 report.orphans_linked += 1;
                 report.pages_written += 1;
                 walk(&[w], &mut reached);
@@ -467,14 +478,15 @@ impl Index {
         Ok(adjacency)
     }
 
-    /// Adds `w` to the list of `x` (replacing its last, farthest entry when full). Returns
-    /// whether a list was written.
+    /// Adds `w` to the list of `x`; a full list is left alone unless `evict` allows
+    /// replacing its last entry. Returns whether a list was written.
     fn link_from(
         &self,
         writer: &SideFileWriter<'_>,
         locks: &dyn WriteLocks,
         x: VertexId,
         w: VertexId,
+        evict: bool,
         page_buf: &mut [u8],
     ) -> Result<bool, IndexError> {
         let files = self.files();
@@ -487,6 +499,9 @@ impl Index {
             return Ok(false);
         }
         if list.len() >= files.edge_layout().max_degree() {
+            if !evict {
+                return Ok(false);
+            }
             list.pop();
         }
         list.push(w);
