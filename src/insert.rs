@@ -97,10 +97,7 @@ pub unsafe extern "C-unwind" fn aminsert(
     };
     let locks = open.locks();
     let tid = HeapTid { block, offset };
-    match open
-        .index
-        .insert(&mut reader, &locks, vector, tid, params)
-    {
+    match open.index.insert(&mut reader, &locks, vector, tid, params) {
         Ok(report) => {
             if casr_window.is_none() && guc::CASR_ENABLED.get() {
                 if let Some(w) = report.calibration_sample {
@@ -108,7 +105,9 @@ pub unsafe extern "C-unwind" fn aminsert(
                 }
             }
         }
-        Err(e) => crate::errors::raise_index_error(&format!("insert into navis index \"{}\"", name()), e),
+        Err(e) => {
+            crate::errors::raise_index_error(&format!("insert into navis index \"{}\"", name()), e)
+        }
     }
     false
 }

@@ -4,9 +4,9 @@
 use crate::errors::raise;
 use crate::scan;
 use crate::sidefiles;
+use navis_engine::storage::state::{Counter, Field};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
-use navis_engine::storage::state::{Counter, Field};
 use pgrx::{PgRelation, PgSqlErrorCode};
 
 /// Opens `index` (a regclass) as a navis index, with AccessShareLock, and runs `f`.

@@ -82,7 +82,10 @@ pub unsafe extern "C-unwind" fn ambulkdelete(
             }
         }
         Err(e) => raise_index_error(
-            &format!("vacuum of navis index \"{}\"", sidefiles::relation_name(index)),
+            &format!(
+                "vacuum of navis index \"{}\"",
+                sidefiles::relation_name(index)
+            ),
             e,
         ),
     }
@@ -105,7 +108,12 @@ pub unsafe extern "C-unwind" fn amvacuumcleanup(
     };
     let threshold = BuildOptions::of_index(index).consolidate_threshold;
     let locks = open.locks();
-    let context = || format!("vacuum of navis index \"{}\"", sidefiles::relation_name(index));
+    let context = || {
+        format!(
+            "vacuum of navis index \"{}\"",
+            sidefiles::relation_name(index)
+        )
+    };
     if open.index.deleted_len() > 0 && open.index.deleted_fraction() >= threshold {
         if let Err(e) = open.index.consolidate(&locks, &interrupt_pending) {
             raise_index_error(&context(), e)

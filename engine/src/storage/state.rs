@@ -233,7 +233,7 @@ impl SharedState {
     }
 
     fn u32_at(&self, offset: usize) -> &AtomicU32 {
-        debug_assert!(offset % 4 == 0 && offset + 4 <= PAGE_TABLE_AT + MAX_EDGE_PAGES * 8);
+        debug_assert!(offset.is_multiple_of(4) && offset + 4 <= PAGE_TABLE_AT + MAX_EDGE_PAGES * 8);
         // SAFETY: every offset passed here is 4-aligned and inside the header (always in the
         // file) or inside the page table below `pages_capacity` (the file was extended first);
         // the mapping is page-aligned, the reference borrows self, and all access is atomic.
@@ -241,7 +241,7 @@ impl SharedState {
     }
 
     fn u64_at(&self, offset: usize) -> &AtomicU64 {
-        debug_assert!(offset % 8 == 0 && offset + 8 <= PAGE_TABLE_AT);
+        debug_assert!(offset.is_multiple_of(8) && offset + 8 <= PAGE_TABLE_AT);
         // SAFETY: header offsets only (8-aligned, within the first page, always in the file);
         // as in u32_at otherwise.
         unsafe { AtomicU64::from_ptr(self.map.as_mut_ptr().add(offset).cast()) }
@@ -307,8 +307,7 @@ impl SharedState {
         // Grow in steps of 512 pages' entries (one OS page) at least, doubling when large.
         let target = pages
             .max(self.pages_capacity()? * 2)
-            .max(512)
-            .min(MAX_EDGE_PAGES);
+            .clamp(512, MAX_EDGE_PAGES);
         self.file
             .set_len((PAGE_TABLE_AT + target * PAGE_ENTRY) as u64)
             .map_err(|e| StorageError::io(&self.path, "extend", e))

@@ -96,7 +96,7 @@ impl Index {
         let mut report = BulkDeleteReport::default();
         let end = (state.get(Field::NextVertex) as usize).min(table.capacity());
         for v in 0..end {
-            if v % CHECK_EVERY == 0 && cancel() {
+            if v.is_multiple_of(CHECK_EVERY) && cancel() {
                 return Err(interrupted());
             }
             let Some(entry) = table.entry(v as VertexId) else {
@@ -134,12 +134,12 @@ impl Index {
         let mut kept: HashSet<VertexId> = self.entrance().ids().iter().copied().collect();
         kept.insert(files.manifest().medoid);
         let mut doomed = vec![false; next_vertex];
-        for v in 0..next_vertex {
+        for (v, mark) in doomed.iter_mut().enumerate() {
             if table.entry(v as VertexId).is_some_and(|e| e.is_deleted()) {
                 if kept.contains(&(v as VertexId)) {
                     report.vertices_kept += 1;
                 } else {
-                    doomed[v] = true;
+                    *mark = true;
                 }
             }
         }
@@ -218,7 +218,7 @@ impl Index {
 
         // 3. Free the deleted vertices.
         for v in (0..next_vertex as VertexId).filter(|&v| is_doomed(v)) {
-            if v as usize % CHECK_EVERY == 0 && cancel() {
+            if (v as usize).is_multiple_of(CHECK_EVERY) && cancel() {
                 return Err(interrupted());
             }
             let _stripe = StripeGuard::lock(locks, &[v]);
@@ -243,7 +243,10 @@ impl Index {
         state.count(Counter::OrphansLinked, report.orphans_linked);
         state.count(Counter::ListsCompacted, report.lists_compacted);
         state.count(Counter::Consolidations, 1);
-        state.set_counter(Counter::InsertsAtLastReconnect, state.counter(Counter::Inserts));
+        state.set_counter(
+            Counter::InsertsAtLastReconnect,
+            state.counter(Counter::Inserts),
+        );
         report.free_pages_after = state.get(Field::FreePageCount) as u64;
         Ok(report)
     }
