@@ -165,7 +165,11 @@ fn concurrent_inserts_and_searches_match_a_fresh_build() {
     // promoted), and a process that opens the index later, or kept it open all along, sees
     // the same graph.
     let entrance: Vec<VertexId> = index.entrance().ids().to_vec();
-    assert!(entrance.len() > entrance_at_build, "{} vs {entrance_at_build}", entrance.len());
+    assert!(
+        entrance.len() > entrance_at_build,
+        "{} vs {entrance_at_build}",
+        entrance.len()
+    );
     assert!(entrance.len() as f64 >= 0.01 * (BASE + INSERTED) as f64);
     assert!(entrance.iter().any(|&v| v as usize >= BASE));
     assert_eq!(opened.entrance().ids(), &entrance[..]);
@@ -174,7 +178,10 @@ fn concurrent_inserts_and_searches_match_a_fresh_build() {
     assert_eq!(report.dangling_edges, 0);
     // Back-edge pruning may have left a few vertices without a path from the entry points;
     // VACUUM's reconnection links them (and has nothing to do a second time).
-    assert!(report.unreachable * 100 <= (BASE + INSERTED) as u64, "{report:?}");
+    assert!(
+        report.unreachable * 100 <= (BASE + INSERTED) as u64,
+        "{report:?}"
+    );
     let unreachable_before = report.unreachable;
     let linked = index.reconnect(&locks, &|| false).unwrap().unwrap();
     assert!(linked.orphans_linked >= unreachable_before.min(1));
@@ -305,7 +312,7 @@ fn deletes_are_never_returned_and_consolidation_frees_and_repairs() {
     recover(index.files(), &locks, EPOCH).unwrap();
 
     // Delete every third row: searches skip them at once, before any consolidation.
-    let dead = |row: usize| row % 3 == 0;
+    let dead = |row: usize| row.is_multiple_of(3);
     let report = index
         .bulk_delete(|tid| dead(row_of(tid)), &|| false)
         .unwrap();
