@@ -93,14 +93,25 @@ fn access_method_and_opclasses_are_registered() {
 fn shared_memory_is_ready_when_preloaded() {
     let row = Spi::get_two::<bool, i32>("SELECT preloaded, vertex_lock_stripes FROM navis_shared_memory()");
     assert_eq!(row, Ok((Some(true), Some(crate::shmem::VERTEX_LOCK_STRIPES as i32))));
-    // a stripe lock can be taken and released
+    // the engine's writer locks are LWLocks: a vertex stripe and an allocator lock can be
+    // taken and released through the WriteLocks trait
+    use navis_engine::update::WriteLocks;
     let shared = crate::shmem::require("test");
-    let lock = shared.vertex_lock(12345);
+    let locks = crate::shmem::PgLocks::new(shared, 42);
+    let stripe = locks.stripe_of(12345);
+    locks.lock_stripe(stripe);
+    locks.lock_allocator();
+    // SAFETY: the locks live in shared memory for the server's lifetime.
     unsafe {
-        pg_sys::LWLockAcquire(lock, pg_sys::LWLockMode::LW_EXCLUSIVE);
-        assert!(pg_sys::LWLockHeldByMe(lock));
-        pg_sys::LWLockRelease(lock);
-        assert!(!pg_sys::LWLockHeldByMe(lock));
+        assert!(pg_sys::LWLockHeldByMe(shared.stripe_lock(stripe)));
+        assert!(pg_sys::LWLockHeldByMe(shared.allocator_lock(42)));
+    }
+    locks.unlock_allocator();
+    locks.unlock_stripe(stripe);
+    // SAFETY: as above.
+    unsafe {
+        assert!(!pg_sys::LWLockHeldByMe(shared.stripe_lock(stripe)));
+        assert!(!pg_sys::LWLockHeldByMe(shared.allocator_lock(42)));
     }
 }
 
