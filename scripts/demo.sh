@@ -98,4 +98,32 @@ SELECT f.id, l.name, round((f.embedding <-> q.embedding)::numeric, 1) AS l2
 FROM fashion f JOIN labels l USING (label), fashion_queries q
 WHERE q.id = 0 ORDER BY f.embedding <-> q.embedding LIMIT 10;
 SQL
+
+echo "== inserts, deletes and VACUUM with the index in place"
+cluster_psql "$DEMO" "$PORT" -v ON_ERROR_STOP=1 -a <<'SQL'
+-- the 1,000 test images join the indexed table; the index takes each row as it is inserted
+\timing on
+INSERT INTO fashion SELECT id + 100000, label, embedding FROM fashion_queries;
+\timing off
+SET enable_seqscan = off;
+-- each inserted image is found through the index as its own nearest neighbour
+SELECT count(*) AS found_itself, 1000 AS inserted FROM fashion_queries q
+WHERE (SELECT f.id FROM fashion f ORDER BY f.embedding <-> q.embedding LIMIT 1) = q.id + 100000;
+-- edge pages an insert wrote, against the pages an in-place update of the same lists would rewrite
+SELECT round(w.value::numeric / i.value, 2) AS edge_pages_written_per_insert,
+       round(p.value::numeric / i.value, 2) AS in_place_pages_per_insert
+FROM navis_index_counters('fashion_navis') i, navis_index_counters('fashion_navis') w,
+     navis_index_counters('fashion_navis') p
+WHERE i.counter = 'inserts' AND w.counter = 'edge_pages_written' AND p.counter = 'insert_pages_in_place';
+-- delete an eighth of the training images: they disappear at once; VACUUM flags them in the
+-- index and, above the 10% consolidate_threshold, repairs the graph and frees their space
+DELETE FROM fashion WHERE id % 8 = 0 AND id < 100000;
+\timing on
+VACUUM fashion;
+\timing off
+SELECT vertices, deleted, entrance_vertices FROM navis_index_stats('fashion_navis');
+SELECT clean, vertices, unreachable, problems FROM navis_verify('fashion_navis');
+SELECT counter, value FROM navis_index_counters('fashion_navis')
+WHERE counter IN ('consolidations', 'vertices_freed', 'lists_repaired') ORDER BY counter;
+SQL
 echo "== demo finished"
