@@ -37,7 +37,8 @@
 //! of `W` pages, and the vectors reranking loaded (at most the list sizes summed over passes).
 //! Nothing is sized by the number of vertices in the index.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use std::collections::VecDeque;
 use std::io;
 
 use crate::casr::{self, RerankPolicy};
@@ -352,9 +353,9 @@ impl<'a, S: IndexSource> SearchCursor<'a, S> {
             params,
             query,
             table,
-            visited: HashSet::new(),
+            visited: HashSet::default(),
             loaded: LoadedVectors::default(),
-            emitted: HashSet::new(),
+            emitted: HashSet::default(),
             pending: VecDeque::new(),
             last_emitted: f32::NEG_INFINITY,
             pass_k: params.k,
@@ -365,7 +366,7 @@ impl<'a, S: IndexSource> SearchCursor<'a, S> {
             counters: SearchCounters::one_query(),
             page_buf: Vec::new(),
             frontier: Vec::new(),
-            lists: HashMap::new(),
+            lists: HashMap::default(),
             entry_points: Vec::new(),
         })
     }
@@ -517,7 +518,7 @@ impl<'a, S: IndexSource> SearchCursor<'a, S> {
     fn traverse(&mut self) -> io::Result<()> {
         let cap = self.list.capacity * self.params.max_expansions_per_pass;
         let mut expansions = 0;
-        let mut retries: HashMap<VertexId, u32> = HashMap::new();
+        let mut retries: HashMap<VertexId, u32> = HashMap::default();
         loop {
             let mut frontier = std::mem::take(&mut self.frontier);
             self.list

@@ -1,57 +1,30 @@
 //! CRC-32 (IEEE 802.3, reflected polynomial 0xEDB88320), the checksum of every side-file
-//! header and edge page. Table-driven; the table is built at compile time so no crate is
-//! needed. It detects torn and bit-flipped pages; it is not a defence against tampering.
-
-const POLY: u32 = 0xEDB8_8320;
-
-const TABLE: [u32; 256] = build_table();
-
-const fn build_table() -> [u32; 256] {
-    let mut table = [0u32; 256];
-    let mut i = 0;
-    while i < 256 {
-        let mut c = i as u32;
-        let mut k = 0;
-        while k < 8 {
-            c = if c & 1 != 0 { POLY ^ (c >> 1) } else { c >> 1 };
-            k += 1;
-        }
-        table[i] = c;
-        i += 1;
-    }
-    table
-}
+//! header and edge page, computed by the `crc32fast` crate (carry-less multiplication where
+//! the CPU has it: every edge page read is verified, so this is on the hot path). It detects
+//! torn and bit-flipped pages; it is not a defence against tampering.
 
 /// Incremental CRC-32 so that a checksum can skip the field that stores it.
-#[derive(Clone, Copy, Debug)]
-pub struct Crc32(u32);
-
-impl Default for Crc32 {
-    fn default() -> Self {
-        Self::new()
-    }
-}
+#[derive(Clone, Debug, Default)]
+pub struct Crc32(crc32fast::Hasher);
 
 impl Crc32 {
     pub fn new() -> Self {
-        Crc32(0xFFFF_FFFF)
+        Crc32(crc32fast::Hasher::new())
     }
 
     pub fn update(mut self, bytes: &[u8]) -> Self {
-        for &b in bytes {
-            self.0 = TABLE[((self.0 ^ b as u32) & 0xFF) as usize] ^ (self.0 >> 8);
-        }
+        self.0.update(bytes);
         self
     }
 
     pub fn finish(self) -> u32 {
-        !self.0
+        self.0.finalize()
     }
 }
 
 /// CRC-32 of one byte string.
 pub fn crc32(bytes: &[u8]) -> u32 {
-    Crc32::new().update(bytes).finish()
+    crc32fast::hash(bytes)
 }
 
 #[cfg(test)]

@@ -35,7 +35,7 @@ use crate::search::{CasrMode, SearchCursor, SearchParams};
 use crate::storage::state::Counter;
 use crate::storage::{EdgeLocation, HeapTid, SideFileWriter, PAGE_SIZE};
 use crate::VertexId;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 /// Parameters of one insert.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -332,8 +332,8 @@ impl<'a> VectorCache<'a> {
     fn new(index: &'a Index) -> Self {
         VectorCache {
             index,
-            exact: HashMap::new(),
-            deflated: HashMap::new(),
+            exact: HashMap::default(),
+            deflated: HashMap::default(),
         }
     }
 
