@@ -166,7 +166,7 @@ fn check_row(v: &[f32], block: u32, offset: u16) -> bool {
 /// Whether a cancel, statement timeout or termination is pending. `InterruptPending` alone
 /// is not enough: it is also set for interrupts that do not end the query (barriers,
 /// parallel messages), which ProcessInterrupts handles without raising.
-fn interrupt_pending() -> bool {
+pub(crate) fn interrupt_pending() -> bool {
     // SAFETY: these are sig_atomic_t flags set by signal handlers; a volatile read from any
     // thread is a plain load and calls nothing in PostgreSQL.
     unsafe {

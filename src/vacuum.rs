@@ -6,6 +6,7 @@
 //! restores reachability (`Index::reconnect`). Both check for cancellation between batches
 //! and leave a consistent index when interrupted.
 
+use crate::build::interrupt_pending;
 use crate::errors::raise_index_error;
 use crate::options::BuildOptions;
 use crate::scan::{open_index, OpenIndex};
@@ -14,21 +15,12 @@ use pgrx::pg_sys;
 use pgrx::prelude::*;
 use std::rc::Rc;
 
-/// Whether a cancel, statement timeout or termination is pending (see build.rs).
-fn interrupt_pending() -> bool {
-    // SAFETY: sig_atomic_t flags set by signal handlers, read as PostgreSQL's own macros do.
-    unsafe {
-        std::ptr::read_volatile(&raw const pg_sys::QueryCancelPending) != 0
-            || std::ptr::read_volatile(&raw const pg_sys::ProcDiePending) != 0
-    }
-}
-
 /// The index as VACUUM sees it, or `None` for an index whose side files are gone (VACUUM of
 /// a table must not fail because one of its indexes needs a REINDEX; scans report that).
 fn open_for_vacuum(index: pg_sys::Relation) -> Option<Rc<OpenIndex>> {
     sidefiles::read_metapage(index)?;
     let dir = sidefiles::side_dir(index);
-    if !dir.join("manifest").exists() {
+    if !dir.join(navis_engine::storage::names::MANIFEST).exists() {
         return None;
     }
     Some(open_index(index))
