@@ -25,9 +25,9 @@
 
 use super::alloc::{allocate_vertex, release_vertex};
 use super::locks::{StripeGuard, WriteLocks};
+use super::vectors::VectorCache;
 use super::write::{read_current_list, write_lists, ListChange};
 use crate::counters::SearchCounters;
-use crate::distance::Metric;
 use crate::graph::prune::robust_prune;
 use crate::graph::vamana::prune_metric;
 use crate::index::{DiskReader, Index, IndexError};
@@ -121,8 +121,9 @@ impl Index {
             ..InsertReport::default()
         };
         let query = cursor.query().to_vec();
+        let explored = cursor.explored();
         let mut vectors = VectorCache::new(self);
-        for (id, _) in cursor.explored() {
+        for &(id, _) in &explored {
             match cursor.exact_vector(id) {
                 Some(v) if !v[0].is_nan() => {
                     vectors.exact.insert(id, v.to_vec());
@@ -130,12 +131,10 @@ impl Index {
                 _ => {}
             }
         }
-        let recorded: HashMap<VertexId, (EdgeLocation, Vec<VertexId>)> = cursor
-            .explored()
+        let recorded: HashMap<VertexId, (EdgeLocation, Vec<VertexId>)> = explored
             .iter()
             .filter_map(|&(id, _)| cursor.expanded_list(id).map(|(l, n)| (id, (l, n.to_vec()))))
             .collect();
-        let explored = cursor.explored();
         let entry_points = cursor.entry_points().to_vec();
         drop(cursor);
 
@@ -317,53 +316,5 @@ impl Index {
         report.lists_written += changes.len() as u64;
         old_pages.extend(changes.iter().filter_map(|c| c.old).map(|l| l.page));
         Ok(())
-    }
-}
-
-/// Vectors an insert prunes with: exact where position seeking loaded them (and the new
-/// vector itself), PQ reconstructions otherwise, each computed once.
-struct VectorCache<'a> {
-    index: &'a Index,
-    exact: HashMap<VertexId, Vec<f32>>,
-    deflated: HashMap<VertexId, Vec<f32>>,
-}
-
-impl<'a> VectorCache<'a> {
-    fn new(index: &'a Index) -> Self {
-        VectorCache {
-            index,
-            exact: HashMap::default(),
-            deflated: HashMap::default(),
-        }
-    }
-
-    fn get(&mut self, id: VertexId) -> &[f32] {
-        self.ensure(id);
-        self.peek(id)
-    }
-
-    fn ensure(&mut self, id: VertexId) {
-        if self.exact.contains_key(&id) || self.deflated.contains_key(&id) {
-            return;
-        }
-        let index = self.index;
-        let v = match index.files().pq_code(id) {
-            Some(code) => index.pq().reconstruct(code),
-            None => vec![f32::INFINITY; index.dim()],
-        };
-        self.deflated.insert(id, v);
-    }
-
-    fn peek(&self, id: VertexId) -> &[f32] {
-        self.exact
-            .get(&id)
-            .or_else(|| self.deflated.get(&id))
-            .expect("ensured")
-    }
-
-    fn distance(&mut self, metric: Metric, a: VertexId, b: VertexId) -> f32 {
-        self.ensure(a);
-        self.ensure(b);
-        metric.search_distance(self.peek(a), self.peek(b))
     }
 }

@@ -11,6 +11,7 @@ pub mod insert;
 pub mod locks;
 pub mod promote;
 pub mod vacuum;
+mod vectors;
 pub mod verify;
 pub mod write;
 

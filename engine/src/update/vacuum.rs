@@ -27,6 +27,7 @@
 use super::alloc::release_vertex;
 use super::alloc::retire_slot;
 use super::locks::{StripeGuard, WriteLocks};
+use super::vectors::VectorCache;
 use super::write::{read_current_list, write_lists, ListChange};
 use crate::graph::prune::robust_prune;
 use crate::graph::vamana::prune_metric;
@@ -154,7 +155,8 @@ impl Index {
         let max_degree = files.edge_layout().max_degree();
         let alpha = files.manifest().params.alpha;
         let prune = prune_metric(self.metric());
-        let mut deflated: HashMap<VertexId, Vec<f32>> = HashMap::new();
+        // Repairs read no vectors: PQ reconstructions, each computed once.
+        let mut vectors = VectorCache::new(self);
         let mut page_buf = vec![0u8; PAGE_SIZE];
         for group in to_repair.chunks(spp) {
             if cancel() {
@@ -184,22 +186,12 @@ impl Index {
                 let list = if pool.len() <= max_degree {
                     pool
                 } else {
-                    let from = self.deflated(&mut deflated, u);
                     let mut scored: Vec<(VertexId, f32)> = pool
                         .iter()
-                        .map(|&w| {
-                            (
-                                w,
-                                prune.search_distance(&from, &self.deflated(&mut deflated, w)),
-                            )
-                        })
+                        .map(|&w| (w, vectors.distance(prune, u, w)))
                         .collect();
                     robust_prune(&mut scored, alpha, max_degree, |a, b| {
-                        let (va, vb) = (
-                            self.deflated(&mut deflated, a),
-                            self.deflated(&mut deflated, b),
-                        );
-                        prune.search_distance(&va, &vb)
+                        vectors.distance(prune, a, b)
                     })
                 };
                 changes.push(ListChange {
@@ -259,54 +251,15 @@ impl Index {
         cancel: &dyn Fn() -> bool,
         report: &mut ConsolidateReport,
     ) -> Result<RepairScan, IndexError> {
-        let files = self.files();
-        let layout = files.edge_layout();
-        let table = files.indirection();
-        let pages = files.state().get(Field::EdgePages) as usize;
-        let file = std::fs::File::open(files.edge_path())?;
-        let file_pages = (file.metadata()?.len() / PAGE_SIZE as u64) as usize;
         let mut deleted_lists = HashMap::new();
         let mut to_repair = Vec::new();
-        let mut buf = vec![0u8; SCAN_PAGES * PAGE_SIZE];
-        let mut first = 0;
-        while first < pages.min(file_pages) {
-            if cancel() {
-                return Err(interrupted());
+        self.for_each_current_list(cancel, report, |owner, list| {
+            if is_doomed(owner) {
+                deleted_lists.insert(owner, list.to_vec());
+            } else if list.iter().any(|&w| is_doomed(w)) {
+                to_repair.push(owner);
             }
-            let count = SCAN_PAGES.min(pages.min(file_pages) - first);
-            let chunk = &mut buf[..count * PAGE_SIZE];
-            file.read_exact_at(chunk, (first * PAGE_SIZE) as u64)?;
-            report.edge_pages_read += count as u64;
-            for (i, page) in chunk.chunks_exact(PAGE_SIZE).enumerate() {
-                let page_no = (first + i) as u32;
-                if files.state().page_live(page_no).load(Ordering::Acquire) == 0 {
-                    continue; // free (possibly never written, or mid-rewrite by an insert)
-                }
-                if layout.verify(&files.edge_path(), page, page_no).is_err() {
-                    continue; // being rewritten right now: it holds no list we must repair
-                }
-                for s in 0..layout.slots_per_page() {
-                    let slot = layout.slot(page, s);
-                    if slot.is_free() {
-                        continue;
-                    }
-                    let owner = slot.owner();
-                    let here = EdgeLocation {
-                        page: page_no,
-                        slot: s as u16,
-                    };
-                    if table.entry(owner).map(|e| e.edge) != Some(here) {
-                        continue; // a stale copy: the list has moved
-                    }
-                    if is_doomed(owner) {
-                        deleted_lists.insert(owner, slot.to_vec());
-                    } else if slot.neighbours().any(is_doomed) {
-                        to_repair.push(owner);
-                    }
-                }
-            }
-            first += count;
-        }
+        })?;
         to_repair.sort_unstable();
         Ok(RepairScan {
             deleted_lists,
@@ -438,15 +391,34 @@ impl Index {
         report: &mut ConsolidateReport,
     ) -> Result<Vec<Vec<VertexId>>, IndexError> {
         let files = self.files();
+        let n = (files.state().get(Field::NextVertex) as usize).min(files.indirection().capacity());
+        let mut adjacency = vec![Vec::new(); n];
+        self.for_each_current_list(cancel, report, |owner, list| {
+            if let Some(slot) = adjacency.get_mut(owner as usize) {
+                *slot = list.to_vec();
+            }
+        })?;
+        Ok(adjacency)
+    }
+
+    /// Reads the edge file sequentially, `SCAN_PAGES` pages at a time, and calls `visit` with
+    /// every list that is its owner's current one (the indirection table points at its slot).
+    /// Free pages and pages that fail their checksum (being rewritten by an insert right now,
+    /// so holding no list that is current yet) are skipped; `cancel` is checked per read.
+    fn for_each_current_list(
+        &self,
+        cancel: &dyn Fn() -> bool,
+        report: &mut ConsolidateReport,
+        mut visit: impl FnMut(VertexId, &[VertexId]),
+    ) -> Result<(), IndexError> {
+        let files = self.files();
         let layout = files.edge_layout();
         let table = files.indirection();
-        let n = (files.state().get(Field::NextVertex) as usize).min(table.capacity());
-        let pages = files.state().get(Field::EdgePages) as usize;
         let file = std::fs::File::open(files.edge_path())?;
         let file_pages = (file.metadata()?.len() / PAGE_SIZE as u64) as usize;
-        let last = pages.min(file_pages);
-        let mut adjacency = vec![Vec::new(); n];
+        let last = (files.state().get(Field::EdgePages) as usize).min(file_pages);
         let mut buf = vec![0u8; SCAN_PAGES * PAGE_SIZE];
+        let mut list = Vec::with_capacity(layout.max_degree());
         let mut first = 0;
         while first < last {
             if cancel() {
@@ -458,27 +430,28 @@ impl Index {
             report.edge_pages_read += count as u64;
             for (i, page) in chunk.chunks_exact(PAGE_SIZE).enumerate() {
                 let page_no = (first + i) as u32;
-                if layout.verify(&files.edge_path(), page, page_no).is_err() {
+                if files.state().page_live(page_no).load(Ordering::Acquire) == 0
+                    || layout.verify(&files.edge_path(), page, page_no).is_err()
+                {
                     continue;
                 }
                 for s in 0..layout.slots_per_page() {
                     let slot = layout.slot(page, s);
-                    let owner = slot.owner();
-                    if slot.is_free() || owner as usize >= n {
-                        continue;
-                    }
                     let here = EdgeLocation {
                         page: page_no,
                         slot: s as u16,
                     };
-                    if table.entry(owner).map(|e| e.edge) == Some(here) {
-                        adjacency[owner as usize] = slot.to_vec();
+                    if slot.is_free() || table.entry(slot.owner()).map(|e| e.edge) != Some(here) {
+                        continue; // free, or a stale copy of a list that has moved
                     }
+                    list.clear();
+                    list.extend(slot.neighbours());
+                    visit(slot.owner(), &list);
                 }
             }
             first += count;
         }
-        Ok(adjacency)
+        Ok(())
     }
 
     /// Adds `w` to the list of `x`; a full list is left alone unless `evict` allows
@@ -589,15 +562,5 @@ impl Index {
             }
         }
         Ok(())
-    }
-
-    fn deflated(&self, cache: &mut HashMap<VertexId, Vec<f32>>, v: VertexId) -> Vec<f32> {
-        cache
-            .entry(v)
-            .or_insert_with(|| match self.files().pq_code(v) {
-                Some(code) => self.pq().reconstruct(code),
-                None => vec![f32::INFINITY; self.dim()],
-            })
-            .clone()
     }
 }
