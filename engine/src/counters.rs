@@ -17,8 +17,10 @@ pub struct SearchCounters {
     pub hops: u64,
     /// Vertices whose edge lists were expanded (neighbours scored).
     pub expanded: u64,
-    /// Edge pages read from the page reader.
+    /// Edge pages the traversal read (from the edge-page cache or the device).
     pub edge_pages_read: u64,
+    /// Of `edge_pages_read`, the pages the edge-page cache served (no device read).
+    pub edge_page_cache_hits: u64,
     /// Edge lists used from a fetched page for vertices that were *not* requested
     /// (same-page neighbours; an optimisation counted apart from the paper's behaviour).
     pub colocated_lists_used: u64,
@@ -66,6 +68,7 @@ impl SearchCounters {
             hops,
             expanded,
             edge_pages_read,
+            edge_page_cache_hits,
             colocated_lists_used,
             stale_slots,
             rerank_vector_loads,
@@ -86,6 +89,7 @@ impl SearchCounters {
         self.hops += hops;
         self.expanded += expanded;
         self.edge_pages_read += edge_pages_read;
+        self.edge_page_cache_hits += edge_page_cache_hits;
         self.colocated_lists_used += colocated_lists_used;
         self.stale_slots += stale_slots;
         self.rerank_vector_loads += rerank_vector_loads;
@@ -109,6 +113,11 @@ impl SearchCounters {
             total.merge(part);
         }
         total
+    }
+
+    /// Edge pages that needed a device read.
+    pub fn edge_page_device_reads(&self) -> u64 {
+        self.edge_pages_read - self.edge_page_cache_hits
     }
 
     /// All full-vector loads, rerank and packed emulation together.

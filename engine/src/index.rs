@@ -38,12 +38,13 @@ use rand::seq::index::sample;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
+use crate::cache::{Caller, Ticket};
 use crate::casr::WindowCalibrator;
 use crate::counters::SearchCounters;
 use crate::distance::{normalize, Metric};
 use crate::entrance::{EntranceError, EntranceGraph, EntranceParams, DEFAULT_BUILD_LIST};
 use crate::graph::{self, BuildControl, BuildError, VamanaParams};
-use crate::io::PageReader;
+use crate::io::{AlignedPage, PageReader};
 use crate::placement::{greedy_placement, identity_placement, overlap_ratio, Placement};
 use crate::pq::ProductQuantizer;
 use crate::search::{CasrMode, IndexSource, SearchCursor, SearchHit, SearchParams};
@@ -695,6 +696,8 @@ impl Index {
             index: self,
             io: PageReader::for_index(&self.files, READER_QUEUE_DEPTH)?,
             slot_buf: Vec::new(),
+            miss_buf: Vec::new(),
+            caller: Caller::Search,
         })
     }
 
@@ -778,6 +781,8 @@ pub struct DiskReader<'a> {
     index: &'a Index,
     io: PageReader,
     slot_buf: Vec<u8>,
+    miss_buf: Vec<AlignedPage>,
+    caller: Caller,
 }
 
 /// Reads in flight per reader: a hop reads W = 4 pages, a CASR window tens of vectors.
@@ -787,6 +792,27 @@ impl DiskReader<'_> {
     /// `io_uring+O_DIRECT`, `pread+buffered`, ...
     pub fn backend_name(&self) -> &'static str {
         self.io.backend_name()
+    }
+
+    /// Whose reads these are, for the edge-page cache's promotion rule and statistics
+    /// (searches by default; inserts set [`Caller::Insert`] for their position seeking).
+    pub fn set_caller(&mut self, caller: Caller) {
+        self.caller = caller;
+    }
+
+    pub fn caller(&self) -> Caller {
+        self.caller
+    }
+
+    /// Checks the checksum and page number of every page read from disk; a page that fails
+    /// is never handed out or cached.
+    fn verify_pages(&self, pages: &[u32], bytes: &[u8]) -> io::Result<()> {
+        let layout = self.index.files.edge_layout();
+        let path = self.index.files.edge_path();
+        for (&page_no, page) in pages.iter().zip(bytes.chunks_exact(PAGE_SIZE)) {
+            layout.verify(&path, page, page_no).map_err(storage_to_io)?;
+        }
+        Ok(())
     }
 }
 
@@ -856,14 +882,41 @@ impl IndexSource for DiskReader<'_> {
         self.index.files.manifest().medoid
     }
 
-    fn read_edge_pages(&mut self, pages: &[u32], out: &mut [u8]) -> io::Result<()> {
-        self.io.read_edge_pages_into(pages, out)?;
-        let layout = self.index.files.edge_layout();
-        let path = self.index.files.edge_path();
-        for (&page_no, page) in pages.iter().zip(out.chunks_exact(PAGE_SIZE)) {
-            layout.verify(&path, page, page_no).map_err(storage_to_io)?;
+    fn read_edge_pages(&mut self, pages: &[u32], out: &mut [u8]) -> io::Result<u64> {
+        let Some(binding) = self.index.files.page_cache() else {
+            self.io.read_edge_pages_into(pages, out)?;
+            self.verify_pages(pages, out)?;
+            return Ok(0);
+        };
+        let cache = &binding.cache;
+        // Hits are copied straight into place; misses are read as one batch.
+        let mut misses: Vec<(usize, u32, Ticket)> = Vec::new();
+        for (i, (&page_no, page)) in pages
+            .iter()
+            .zip(out.chunks_exact_mut(PAGE_SIZE))
+            .enumerate()
+        {
+            let key = binding.key(page_no);
+            if !cache.lookup(key, self.caller, page) {
+                // Taken before the read: see `PageCache::admit`.
+                misses.push((i, page_no, cache.ticket(key)));
+            }
         }
-        Ok(())
+        let hits = (pages.len() - misses.len()) as u64;
+        if misses.is_empty() {
+            return Ok(hits);
+        }
+        let miss_pages: Vec<u32> = misses.iter().map(|m| m.1).collect();
+        self.miss_buf
+            .resize(miss_pages.len(), AlignedPage::zeroed());
+        self.io.read_edge_pages(&miss_pages, &mut self.miss_buf)?;
+        let miss_bytes: &[u8] = bytemuck::cast_slice(&self.miss_buf[..miss_pages.len()]);
+        self.verify_pages(&miss_pages, miss_bytes)?;
+        for (&(i, page_no, ticket), page) in misses.iter().zip(miss_bytes.chunks_exact(PAGE_SIZE)) {
+            out[i * PAGE_SIZE..(i + 1) * PAGE_SIZE].copy_from_slice(page);
+            cache.admit(binding.key(page_no), self.caller, page, ticket);
+        }
+        Ok(hits)
     }
 
     fn load_vectors(

@@ -5,6 +5,7 @@
 //! with the `navis-bench` binary. The pgrx crate at the repository root only adapts
 //! PostgreSQL inputs to these APIs. See `docs/architecture.md`.
 
+pub mod cache;
 pub mod casr;
 pub mod counters;
 pub mod dataset;

@@ -76,7 +76,7 @@ pub trait IndexSource {
         false
     }
     /// Reads edge pages `pages` into `out` (`pages.len() * PAGE_SIZE` bytes) as one batch.
-    fn read_edge_pages(&mut self, pages: &[u32], out: &mut [u8]) -> io::Result<()>;
+    fn read_edge_pages(&mut self, pages: &[u32], out: &mut [u8]) -> io::Result<u64>;
     /// Loads the vectors and heap TIDs of `ids` as one batch, appending to `vectors` and
     /// `tids`; returns the bytes read from the device. A vertex that stopped being a result
     /// candidate since the search saw it (deleted, or freed by a consolidation) gets a NaN
@@ -554,9 +554,10 @@ impl<'a, S: IndexSource> SearchCursor<'a, S> {
         self.counters.hops += 1;
         if !pages.is_empty() {
             self.page_buf.resize(pages.len() * PAGE_SIZE, 0);
-            self.source.read_edge_pages(&pages, &mut self.page_buf)?;
+            let cached = self.source.read_edge_pages(&pages, &mut self.page_buf)?;
             self.counters.edge_pages_read += pages.len() as u64;
-            self.counters.bytes_read += (pages.len() * PAGE_SIZE) as u64;
+            self.counters.edge_page_cache_hits += cached;
+            self.counters.bytes_read += (pages.len() as u64 - cached) * PAGE_SIZE as u64;
             self.counters.read_batches += 1;
         }
         if self.params.packed {
@@ -977,12 +978,12 @@ mod tests {
         fn medoid(&self) -> VertexId {
             self.medoid
         }
-        fn read_edge_pages(&mut self, pages: &[u32], out: &mut [u8]) -> io::Result<()> {
+        fn read_edge_pages(&mut self, pages: &[u32], out: &mut [u8]) -> io::Result<u64> {
             self.batches.push(pages.len());
             for (i, &p) in pages.iter().enumerate() {
                 out[i * PAGE_SIZE..(i + 1) * PAGE_SIZE].copy_from_slice(&self.pages[p as usize]);
             }
-            Ok(())
+            Ok(0)
         }
         fn load_vectors(
             &mut self,
@@ -1215,7 +1216,7 @@ mod tests {
             fn medoid(&self) -> VertexId {
                 0
             }
-            fn read_edge_pages(&mut self, pages: &[u32], out: &mut [u8]) -> io::Result<()> {
+            fn read_edge_pages(&mut self, pages: &[u32], out: &mut [u8]) -> io::Result<u64> {
                 let r = self.inner.read_edge_pages(pages, out);
                 self.stale_once = false;
                 r

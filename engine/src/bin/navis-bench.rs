@@ -508,7 +508,7 @@ impl IndexSource for Recorder<'_> {
     fn is_empty(&self) -> bool {
         self.inner.is_empty()
     }
-    fn read_edge_pages(&mut self, pages: &[u32], out: &mut [u8]) -> std::io::Result<()> {
+    fn read_edge_pages(&mut self, pages: &[u32], out: &mut [u8]) -> std::io::Result<u64> {
         self.inner.read_edge_pages(pages, out)
     }
     fn load_vectors(

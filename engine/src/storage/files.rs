@@ -35,6 +35,8 @@ pub struct IndexFiles {
     entrance: Vec<u8>,
     edges: File,
     vectors: File,
+    /// The edge-page cache this process reads and writes through, once attached.
+    page_cache: std::sync::OnceLock<crate::cache::CacheBinding>,
 }
 
 impl IndexFiles {
@@ -84,7 +86,19 @@ impl IndexFiles {
             entrance,
             edges,
             vectors,
+            page_cache: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Routes this index's edge-page reads through `binding` and its page writes and frees
+    /// through to it. Once per open; a second call is ignored (returns false).
+    pub fn attach_cache(&self, binding: crate::cache::CacheBinding) -> bool {
+        self.page_cache.set(binding).is_ok()
+    }
+
+    /// The attached edge-page cache, if any.
+    pub fn page_cache(&self) -> Option<&crate::cache::CacheBinding> {
+        self.page_cache.get()
     }
 
     pub fn dir(&self) -> &Path {

@@ -109,6 +109,10 @@ pub fn retire_slot(
         // Re-check under the lock: the page stays free only if nobody wrote to it since.
         if state.page_live(page).load(Ordering::Acquire) == 0 {
             state.push_free_page(page);
+            // The cache's hint: none of this page's slots is valid any more.
+            if let Some(cache) = files.page_cache() {
+                cache.cache.drop_page(cache.key(page));
+            }
         }
     }
     Ok(())
@@ -187,6 +191,9 @@ pub fn recover(
         state.page_live(page as u32).store(count, Ordering::Release);
         if count == 0 {
             state.push_free_page(page as u32);
+            if let Some(cache) = files.page_cache() {
+                cache.cache.drop_page(cache.key(page as u32));
+            }
         }
     }
     state.set(Field::Published, report.published);

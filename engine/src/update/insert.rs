@@ -27,6 +27,7 @@ use super::alloc::{allocate_vertex, release_vertex};
 use super::locks::{StripeGuard, WriteLocks};
 use super::vectors::VectorCache;
 use super::write::{read_current_list, write_lists, ListChange};
+use crate::cache::Caller;
 use crate::counters::SearchCounters;
 use crate::graph::prune::robust_prune;
 use crate::graph::vamana::prune_metric;
@@ -113,6 +114,23 @@ impl Index {
             ..SearchParams::default()
         };
         let writer = SideFileWriter::new(self.files())?;
+        // Position seeking counts as the insert path in the edge-page cache.
+        let previous_caller = reader.caller();
+        reader.set_caller(Caller::Insert);
+        let result = self.insert_seeking(reader, &writer, locks, vector, tid, search);
+        reader.set_caller(previous_caller);
+        result
+    }
+
+    fn insert_seeking(
+        &self,
+        reader: &mut DiskReader<'_>,
+        writer: &SideFileWriter<'_>,
+        locks: &dyn WriteLocks,
+        vector: &[f32],
+        tid: HeapTid,
+        search: SearchParams,
+    ) -> Result<InsertReport, IndexError> {
         let mut cursor = SearchCursor::new(reader, vector, search)?;
         cursor.run_first_pass()?;
         let mut report = InsertReport {
@@ -176,7 +194,7 @@ impl Index {
         let mut displaced: Vec<VertexId> = Vec::new();
         for group in lists.chunks(spp) {
             let outcome = self.write_group(
-                &writer,
+                writer,
                 locks,
                 group,
                 v,

@@ -59,6 +59,11 @@ pub fn write_lists(
         }
         return Err(e.into());
     }
+    // Write-through before anything points at the page, so that a reader who follows the
+    // new location never finds an older copy in the cache.
+    if let Some(cache) = files.page_cache() {
+        cache.cache.refresh(cache.key(page_no), &page);
+    }
     state.count(Counter::EdgePagesWritten, 1);
     state.count(Counter::EdgeListsWritten, changes.len() as u64);
     for (slot, change) in changes.iter().enumerate() {
