@@ -4,6 +4,8 @@
     bench.py DATA_DIR [--host /tmp/navis-pgbench --port 54340] [--max-degree R] [--build-list L]
              [--pq-bytes N] [--alpha A] [--lists 20,40,80] [--queries 1000] [--warmup 200]
              [--build-threads 2] [--opclass navis_l2_ops] [--json OUT.json]
+             [--system navis|pgvector] [--coltype real|vector] [--hnsw-m 16]
+             [--hnsw-ef-construction 64] [--ef-search 40,80,160] [--clients 1]
 
 DATA_DIR holds base.fbin, query.fbin and gt100.bin (benchmarks/README.md). The driver:
 
@@ -19,7 +21,17 @@ DATA_DIR holds base.fbin, query.fbin and gt100.bin (benchmarks/README.md). The d
    prepared `SELECT id FROM t ORDER BY embedding <-> $1 LIMIT k`, the vector sent as a binary
    real[]; recall@k is against the first k ids of gt100.bin.
 
-Prints markdown tables; --json writes the numbers too. Needs psycopg 3 (benchmarks/pg/requirements.txt).
+--system pgvector runs the same steps against pgvector's HNSW instead (issue 7): the column is
+vector(dim) (pgvector has no real[] opclass), the index `USING hnsw (embedding vector_l2_ops) WITH
+(m = M, ef_construction = EFC)` (pgvector's defaults 16 / 64), and the sweep is over hnsw.ef_search
+(--ef-search); the navis counters columns are left out. --coltype vector makes navis index the same
+vector(dim) column (navis_vector_l2_ops), so both systems can run on identical tables. --clients N
+runs each point with N connections at once (each runs the QUERIES queries, starting at a different
+offset; QPS is all queries over the wall time, recall over all of them; navis counters are per scan
+over all clients).
+
+Prints markdown tables; --json writes the numbers too (plots.py draws them). Needs psycopg 3
+(benchmarks/pg/requirements.txt).
 """
 
 import argparse
@@ -27,6 +39,7 @@ import json
 import os
 import struct
 import sys
+import threading
 import time
 
 import numpy as np
@@ -80,21 +93,96 @@ class Float4ArrayDumper(Dumper):
         return obj
 
 
+def vector_dtype(dim):
+    """One pgvector `vector` value in its binary format (vector_recv): int16 dim, int16 unused,
+    dim float4, big-endian."""
+    return np.dtype([("dim", ">u2"), ("unused", ">u2"), ("val", ">f4", (dim,))])
+
+
+def encode_vectors(rows):
+    """rows: (n, dim) float32 -> structured array, one binary pgvector value per row."""
+    n, dim = rows.shape
+    out = np.empty(n, dtype=vector_dtype(dim))
+    out["dim"], out["unused"] = dim, 0
+    out["val"] = rows
+    return out
+
+
+class VectorValue(bytes):
+    """A query vector already encoded as a binary pgvector `vector`."""
+
+
+def register_vector(conn):
+    """Sends VectorValue as pgvector's type when the extension exists in the database."""
+    oid = conn.execute("SELECT to_regtype('vector')::oid").fetchone()[0]
+    if oid:
+        dumper = type("VectorDumper", (Dumper,), {"format": Format.BINARY, "oid": int(oid),
+                                                   "dump": lambda self, obj: obj})
+        conn.adapters.register_dumper(VectorValue, dumper)
+    return bool(oid)
+
+
+def encode_params(rows, coltype="real"):
+    """rows: (n, dim) -> list of query parameters for a real[] or vector column."""
+    rows = np.asarray(rows, np.float32)
+    if coltype == "vector":
+        return [VectorValue(r.tobytes()) for r in encode_vectors(rows)]
+    return [Float4Array(r.tobytes()) for r in encode_arrays(rows)]
+
+
 def connect(args):
     conn = psycopg.connect(host=args.host, port=args.port, user=args.user, dbname=args.dbname,
                            autocommit=True)
     conn.adapters.register_dumper(Float4Array, Float4ArrayDumper)
+    if getattr(args, "system", "navis") == "pgvector" or getattr(args, "coltype", "real") == "vector":
+        register_vector(conn)
     return conn
 
 
-def load(conn, table, base, chunk=5000):
+def setup_system(conn, args):
+    """CREATE EXTENSION for --system, after which VectorValue parameters work on conn."""
+    with conn.cursor() as cur:
+        if args.system == "pgvector" or args.coltype == "vector":
+            cur.execute("SELECT 1 FROM pg_available_extensions WHERE name = 'vector'")
+            if cur.fetchone() is None:
+                sys.exit("pgvector is not installed in this server (no extension 'vector'); "
+                         "run with --system navis --coltype real")
+            cur.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        if args.system == "navis":
+            cur.execute("CREATE EXTENSION IF NOT EXISTS navis")
+            if args.coltype == "vector":
+                cur.execute("SELECT count(*) FROM pg_opclass WHERE opcname = 'navis_vector_l2_ops'")
+                if cur.fetchone()[0] == 0:
+                    cur.execute("SELECT navis_enable_pgvector()")
+    register_vector(conn)
+
+
+def resolve_system_args(args):
+    """Defaults that depend on --system: the column type and the operator class."""
+    if args.system == "pgvector":
+        if args.coltype == "real":
+            sys.exit("pgvector indexes only vector columns: drop --coltype real")
+        args.coltype = "vector"
+        if args.opclass in (None, "navis_l2_ops"):
+            args.opclass = "vector_l2_ops"
+    else:
+        args.coltype = args.coltype or "real"
+        if args.opclass is None:
+            args.opclass = "navis_vector_l2_ops" if args.coltype == "vector" else "navis_l2_ops"
+    return args
+
+
+def load(conn, table, base, chunk=5000, coltype="real"):
     n, dim = base.shape
+    vdtype = vector_dtype(dim) if coltype == "vector" else array_dtype(dim)
+    encode = encode_vectors if coltype == "vector" else encode_arrays
     row_dtype = np.dtype([("nfields", ">i2"), ("idlen", ">i4"), ("id", ">i4"), ("alen", ">i4"),
-                          ("arr", array_dtype(dim))])
-    alen = array_dtype(dim).itemsize
+                          ("arr", vdtype)])
+    alen = vdtype.itemsize
+    sqltype = f"vector({dim})" if coltype == "vector" else "real[]"
     with conn.cursor() as cur:
         cur.execute(f"DROP TABLE IF EXISTS {table}")
-        cur.execute(f"CREATE TABLE {table} (id int, embedding real[])")
+        cur.execute(f"CREATE TABLE {table} (id int, embedding {sqltype})")
         t0 = time.perf_counter()
         with cur.copy(f"COPY {table} (id, embedding) FROM STDIN (FORMAT binary)") as cp:
             cp.write(b"PGCOPY\n\xff\r\n\x00" + struct.pack(">ii", 0, 0))
@@ -103,7 +191,7 @@ def load(conn, table, base, chunk=5000):
                 rows = np.empty(len(part), dtype=row_dtype)
                 rows["nfields"], rows["idlen"], rows["alen"] = 2, 4, alen
                 rows["id"] = np.arange(start, start + len(part))
-                rows["arr"] = encode_arrays(part)
+                rows["arr"] = encode(part)
                 cp.write(rows.tobytes())
             cp.write(struct.pack(">h", -1))
         copy_s = time.perf_counter() - t0
@@ -115,7 +203,30 @@ def load(conn, table, base, chunk=5000):
     return copy_s, vacuum_s, table_bytes
 
 
+def build_hnsw(conn, table, index, args):
+    m = getattr(args, "hnsw_m", None) or 16
+    efc = getattr(args, "hnsw_ef_construction", None) or 64
+    opclass = args.opclass if args.opclass.startswith("vector_") else "vector_l2_ops"
+    sql = (f"CREATE INDEX {index} ON {table} USING hnsw (embedding {opclass})"
+           f" WITH (m = {m}, ef_construction = {efc})")
+    with conn.cursor() as cur:
+        cur.execute(f"DROP INDEX IF EXISTS {index}")
+        cur.execute(f"SET max_parallel_maintenance_workers = {args.build_threads - 1}")
+        cur.execute("CHECKPOINT")
+        t0 = time.perf_counter()
+        cur.execute(sql)
+        build_s = time.perf_counter() - t0
+        cur.execute("SELECT pg_relation_size(%s::regclass), extversion FROM pg_extension"
+                    " WHERE extname = 'vector'", (index,))
+        main_bytes, version = cur.fetchone()
+    return {"sql": sql, "system": "pgvector", "build_s": build_s, "main_bytes": main_bytes,
+            "side_bytes": 0, "index_bytes": main_bytes, "m": m, "ef_construction": efc,
+            "pgvector_version": version}
+
+
 def build_index(conn, table, index, args):
+    if getattr(args, "system", "navis") == "pgvector":
+        return build_hnsw(conn, table, index, args)
     opts = {k: v for k, v in (("max_degree", args.max_degree), ("build_list", args.build_list),
                               ("pq_bytes", args.pq_bytes), ("alpha", args.alpha)) if v is not None}
     with_clause = f" WITH ({', '.join(f'{k} = {v}' for k, v in opts.items())})" if opts else ""
@@ -133,8 +244,8 @@ def build_index(conn, table, index, args):
                     " entrance_vertices, side_directory, current_setting('data_directory')"
                     " FROM navis_index_stats(%s::regclass)", (index,))
         side, pages, r, l, alpha, pq, ent, side_dir, datadir = cur.fetchone()
-    return {"sql": sql, "build_s": build_s, "main_bytes": main_bytes, "side_bytes": side,
-            "edge_pages": pages, "max_degree": r, "build_list": l, "alpha": alpha, "pq_bytes": pq,
+    return {"sql": sql, "system": "navis", "build_s": build_s, "main_bytes": main_bytes,
+            "side_bytes": side, "index_bytes": main_bytes + side, "edge_pages": pages, "max_degree": r, "build_list": l, "alpha": alpha, "pq_bytes": pq,
             "entrance_vertices": ent,
             "side_directory": os.path.join(datadir, side_dir)}
 
@@ -142,44 +253,123 @@ def build_index(conn, table, index, args):
 COUNTERS = "scans, hops, edge_pages_read, rerank_vector_loads, bytes_read, casr_window"
 
 
-def search(args, table, index, queries, gt, lst):
+def search_settings(args, param):
+    """The SET statements for one sweep point of --system."""
+    if args.system == "pgvector":
+        return [f"SET hnsw.ef_search = {param}"]
+    return [f"SET navis.search_list = {param}", f"SET navis.casr_warmup = {args.warmup}"]
+
+
+def search_client(args, table, index, enc, lst, offset, out, barrier):
+    """One connection: warm-up, then the timed queries starting at offset; appends
+    (found ids per query, latencies, start, end, navis counters before, after) to out. navis's
+    scan counters (navis_index_stats) belong to the backend, so each client reads its own."""
     k = args.k
     conn = connect(args)
     with conn.cursor() as cur:
-        cur.execute(f"SET navis.search_list = {lst}")
-        cur.execute(f"SET navis.casr_warmup = {args.warmup}")
+        for s in search_settings(args, lst):
+            cur.execute(s)
         sql = f"SELECT id FROM {table} ORDER BY embedding <-> %s LIMIT {k}"
-        enc = [Float4Array(r.tobytes()) for r in encode_arrays(np.asarray(queries, np.float32))]
-        cur.execute("EXPLAIN (COSTS OFF) " + sql, (enc[0],))
-        plan = "\n".join(r[0] for r in cur.fetchall())
-        if f"Index Scan using {index}" not in plan:
-            sys.exit(f"the query does not use {index}:\n{plan}")
+        if offset == 0:
+            cur.execute("EXPLAIN (COSTS OFF) " + sql, (enc[0],))
+            plan = "\n".join(r[0] for r in cur.fetchall())
+            if f"Index Scan using {index}" not in plan:
+                out.append(RuntimeError(f"the query does not use {index}:\n{plan}"))
+                barrier.abort()
+                return
         nq = len(enc)
         for i in range(args.warmup):  # also prepares the statement and calibrates CASR
-            cur.execute(sql, (enc[i % nq],), prepare=True)
+            cur.execute(sql, (enc[(offset + i) % nq],), prepare=True)
             cur.fetchall()
-        cur.execute(f"SELECT {COUNTERS} FROM navis_index_stats(%s::regclass)", (index,))
-        before = cur.fetchone()
         n = min(args.queries, nq)
         found, lat = [], []
+        before = after = None
+        if args.system == "navis":
+            cur.execute(f"SELECT {COUNTERS} FROM navis_index_stats(%s::regclass)", (index,))
+            before = cur.fetchone()
+        barrier.wait()
         t_all = time.perf_counter()
         for i in range(n):
+            q = (offset + i) % nq
             t0 = time.perf_counter()
-            cur.execute(sql, (enc[i],), prepare=True)
-            found.append([r[0] for r in cur.fetchall()])
+            cur.execute(sql, (enc[q],), prepare=True)
+            found.append((q, [r[0] for r in cur.fetchall()]))
             lat.append(time.perf_counter() - t0)
-        elapsed = time.perf_counter() - t_all
-        cur.execute(f"SELECT {COUNTERS} FROM navis_index_stats(%s::regclass)", (index,))
-        after = cur.fetchone()
+        t_end = time.perf_counter()
+        if args.system == "navis":
+            cur.execute(f"SELECT {COUNTERS} FROM navis_index_stats(%s::regclass)", (index,))
+            after = cur.fetchone()
+        out.append((found, lat, t_all, t_end, before, after))
     conn.close()
-    hits = sum(len(set(f[:k]) & set(gt[i, :k].tolist())) for i, f in enumerate(found))
-    lat.sort()
-    d = [a - b for a, b in zip(after[:5], before[:5])]
-    scans = max(d[0], 1)
-    return {"list": lst, "recall": hits / (n * k), "qps": n / elapsed, "queries": n,
-            "p50_us": lat[n // 2] * 1e6, "p99_us": lat[min(n - 1, int(n * 0.99))] * 1e6,
-            "hops_q": d[1] / scans, "edge_pages_q": d[2] / scans, "vector_loads_q": d[3] / scans,
-            "bytes_q": d[4] / scans, "casr_window": after[5], "scans": d[0]}
+
+
+def search(args, table, index, queries, gt, lst, clients=1):
+    k = args.k
+    navis = args.system == "navis"
+    enc = encode_params(queries, args.coltype)
+    out = []
+    # every client finishes its warm-up before any starts its timed queries
+    barrier = threading.Barrier(clients)
+    threads = [threading.Thread(target=search_client,
+                                args=(args, table, index, enc, lst, c * len(enc) // clients, out,
+                                      barrier))
+               for c in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for o in out:
+        if isinstance(o, Exception):
+            sys.exit(str(o))
+    if len(out) != clients:
+        sys.exit("a search client failed")
+    found = [f for o in out for f in o[0]]
+    lat = sorted(x for o in out for x in o[1])
+    elapsed = max(o[3] for o in out) - min(o[2] for o in out)
+    n = len(found)
+    hits = sum(len(set(f[:k]) & set(gt[q, :k].tolist())) for q, f in found)
+    row = {"list": lst, "param": lst, "clients": clients, "recall": hits / (n * k),
+           "qps": n / elapsed, "queries": n,
+           "p50_us": lat[n // 2] * 1e6, "p99_us": lat[min(n - 1, int(n * 0.99))] * 1e6}
+    if args.system == "pgvector":
+        row["ef_search"] = row.pop("list")
+    if navis:
+        d = [sum(o[5][j] - o[4][j] for o in out) for j in range(5)]
+        after = out[0][5]
+        scans = max(d[0], 1)
+        row.update(hops_q=d[1] / scans, edge_pages_q=d[2] / scans, vector_loads_q=d[3] / scans,
+                   bytes_q=d[4] / scans, casr_window=after[5], scans=d[0])
+    return row
+
+
+def server_memory(conn):
+    """The memory regime of the server: shared_buffers and, when the postmaster runs in a cgroup v1
+    memory group with a limit (benchmarks/pg/memlimit.sh), that group and its limit. Reads the
+    postmaster's pid from its data directory, so it needs the server on this machine."""
+    info = {}
+    with conn.cursor() as cur:
+        cur.execute("SELECT current_setting('shared_buffers'), current_setting('effective_cache_size'),"
+                    " current_setting('maintenance_work_mem'), current_setting('data_directory')")
+        info["shared_buffers"], info["effective_cache_size"], info["maintenance_work_mem"], datadir = \
+            cur.fetchone()
+    try:
+        with open(os.path.join(datadir, "postmaster.pid")) as f:
+            pid = int(f.readline())
+        with open(f"/proc/{pid}/cgroup") as f:
+            group = next((line.split(":", 2)[2].strip() for line in f
+                          if line.split(":", 2)[1] == "memory"), None)
+        info["postmaster_pid"], info["memory_cgroup"] = pid, group
+        if group:
+            with open(f"/sys/fs/cgroup/memory{group}/memory.limit_in_bytes") as f:
+                limit = int(f.read())
+            info["memory_limit_bytes"] = limit if limit < 2**62 else None
+    except (OSError, ValueError, StopIteration):
+        pass
+    lim = info.get("memory_limit_bytes")
+    info["regime"] = (f"b: server in memory cgroup {info['memory_cgroup']} limited to "
+                      f"{lim / 2**20:.0f} MiB, shared_buffers {info['shared_buffers']}" if lim else
+                      f"a: no memory limit, shared_buffers {info['shared_buffers']}")
+    return info
 
 
 def main():
@@ -190,39 +380,55 @@ def main():
     p.add_argument("--user", default="postgres")
     p.add_argument("--dbname", default="postgres")
     p.add_argument("--table", help="table name (default: from the directory name)")
+    p.add_argument("--system", choices=("navis", "pgvector"), default="navis")
+    p.add_argument("--coltype", choices=("real", "vector"),
+                   help="column type: real[] (navis default) or pgvector's vector(dim)")
     p.add_argument("--max-degree", type=int)
     p.add_argument("--build-list", type=int)
     p.add_argument("--pq-bytes", type=int)
     p.add_argument("--alpha", type=float)
-    p.add_argument("--opclass", default="navis_l2_ops")
+    p.add_argument("--opclass", help="navis_l2_ops (real[]), navis_vector_l2_ops (vector), "
+                   "vector_l2_ops (pgvector)")
+    p.add_argument("--hnsw-m", type=int, default=16, help="pgvector: m")
+    p.add_argument("--hnsw-ef-construction", type=int, default=64, help="pgvector: ef_construction")
     p.add_argument("--build-threads", type=int, default=2)
-    p.add_argument("--lists", default="20,40,80")
+    p.add_argument("--lists", default="20,40,80", help="navis: navis.search_list values")
+    p.add_argument("--ef-search", default="40,80,160", help="pgvector: hnsw.ef_search values")
+    p.add_argument("--clients", default="1", help="concurrent client counts, e.g. 1,2,4")
     p.add_argument("--queries", type=int, default=1000)
     p.add_argument("--warmup", type=int, default=200)
     p.add_argument("--k", type=int, default=10)
     p.add_argument("--skip-load", action="store_true", help="reuse the table")
     p.add_argument("--skip-build", action="store_true", help="reuse the index")
     p.add_argument("--json", help="write the numbers here too")
-    args = p.parse_args()
+    args = resolve_system_args(p.parse_args())
+    navis = args.system == "navis"
 
     name = os.path.basename(os.path.normpath(args.data))
-    table = args.table or "bench_" + "".join(c if c.isalnum() else "_" for c in name)
+    table = args.table or ("bench_" if navis and args.coltype == "real" else
+                           "hnsw_" if not navis else "benchv_") + \
+        "".join(c if c.isalnum() else "_" for c in name)
     index = table + "_idx"
     base = read_fbin(os.path.join(args.data, "base.fbin"))
     queries = read_fbin(os.path.join(args.data, "query.fbin"))
     gt = read_gt(os.path.join(args.data, "gt100.bin"))
     queries = queries[: max(args.queries, min(args.warmup, len(queries)))]
 
-    result = {"dataset": name, "rows": base.shape[0], "dim": base.shape[1]}
+    result = {"dataset": name, "rows": base.shape[0], "dim": base.shape[1], "system": args.system,
+              "coltype": args.coltype, "opclass": args.opclass}
     conn = connect(args)
+    setup_system(conn, args)
     with conn.cursor() as cur:
-        cur.execute("CREATE EXTENSION IF NOT EXISTS navis")
-        cur.execute("SELECT version(), navis_distance_kernels(), current_setting('shared_buffers'),"
+        kernels = "navis_distance_kernels()" if navis else \
+            "(SELECT 'pgvector ' || extversion FROM pg_extension WHERE extname = 'vector')"
+        cur.execute(f"SELECT version(), {kernels}, current_setting('shared_buffers'),"
                     " current_setting('maintenance_work_mem')")
         result["server"] = dict(zip(("version", "kernels", "shared_buffers", "maintenance_work_mem"),
                                     cur.fetchone()))
+    result["memory"] = server_memory(conn)
+    print(f"{name}: {args.system}, regime {result['memory']['regime']}", file=sys.stderr)
     if not args.skip_load:
-        copy_s, vacuum_s, table_bytes = load(conn, table, base)
+        copy_s, vacuum_s, table_bytes = load(conn, table, base, coltype=args.coltype)
         result.update(copy_s=copy_s, vacuum_s=vacuum_s, table_bytes=table_bytes)
         print(f"{name}: COPY {base.shape[0]} rows {copy_s:.1f} s, VACUUM ANALYZE {vacuum_s:.1f} s,"
               f" table {table_bytes / 2**20:.0f} MiB", file=sys.stderr)
@@ -233,15 +439,23 @@ def main():
     conn.close()
 
     rows = []
-    for lst in (int(x) for x in args.lists.split(",")):
-        r = search(args, table, index, queries, gt, lst)
-        rows.append(r)
-        print(f"{name}: L={lst} recall@{args.k} {r['recall']:.4f} QPS {r['qps']:.0f}", file=sys.stderr)
+    params = args.lists if navis else args.ef_search
+    pname = "L" if navis else "ef_search"
+    for clients in (int(x) for x in args.clients.split(",")):
+        for lst in (int(x) for x in params.split(",")):
+            r = search(args, table, index, queries, gt, lst, clients)
+            rows.append(r)
+            print(f"{name}: {pname}={lst} clients={clients} recall@{args.k} {r['recall']:.4f}"
+                  f" QPS {r['qps']:.0f}", file=sys.stderr)
     result["search"] = rows
 
     b = result.get("build")
-    print(f"\n### {name} in PostgreSQL ({base.shape[0]} x {base.shape[1]}, {args.opclass})\n")
-    if b:
+    if navis:
+        print(f"\n### {name} in PostgreSQL ({base.shape[0]} x {base.shape[1]}, {args.opclass})\n")
+    else:
+        print(f"\n### {name} in PostgreSQL, pgvector HNSW ({base.shape[0]} x {base.shape[1]},"
+              f" {args.opclass})\n")
+    if b and navis:
         print("| CREATE INDEX (one run) | R / L / alpha / pq_bytes | threads | metapage (main fork) |"
               " side files | total on disk | edge pages |")
         print("|---|---|---|---|---|---|---|")
@@ -249,13 +463,29 @@ def main():
               f" {b['pq_bytes']} | {args.build_threads} | {b['main_bytes'] / 1024:.0f} KiB |"
               f" {b['side_bytes'] / 2**20:.1f} MiB | {(b['main_bytes'] + b['side_bytes']) / 2**20:.1f} MiB |"
               f" {b['edge_pages']} |\n")
-    print(f"| L | recall@{args.k} | QPS | p50 µs | p99 µs | hops/q | edge pages/q | vector loads/q |"
-          " CASR w |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        print(f"| {r['list']} | {r['recall']:.4f} | {r['qps']:.0f} | {r['p50_us']:.0f} | {r['p99_us']:.0f} |"
-              f" {r['hops_q']:.1f} | {r['edge_pages_q']:.1f} | {r['vector_loads_q']:.1f} |"
-              f" {r['casr_window']} |")
+    elif b:
+        print("| CREATE INDEX (one run) | m / ef_construction | threads | index size |")
+        print("|---|---|---|---|")
+        print(f"| {b['build_s']:.1f} s | {b['m']} / {b['ef_construction']} | {args.build_threads} |"
+              f" {b['main_bytes'] / 2**20:.1f} MiB |\n")
+    for clients in dict.fromkeys(r["clients"] for r in rows):
+        if clients != 1:
+            print(f"\n{clients} clients at once (QPS: all their queries over the wall time)\n")
+        part = [r for r in rows if r["clients"] == clients]
+        if navis:
+            print(f"| L | recall@{args.k} | QPS | p50 µs | p99 µs | hops/q | edge pages/q |"
+                  " vector loads/q | CASR w |")
+            print("|---|---|---|---|---|---|---|---|---|")
+            for r in part:
+                print(f"| {r['list']} | {r['recall']:.4f} | {r['qps']:.0f} | {r['p50_us']:.0f} |"
+                      f" {r['p99_us']:.0f} | {r['hops_q']:.1f} | {r['edge_pages_q']:.1f} |"
+                      f" {r['vector_loads_q']:.1f} | {r['casr_window']} |")
+        else:
+            print(f"| ef_search | recall@{args.k} | QPS | p50 µs | p99 µs |")
+            print("|---|---|---|---|---|")
+            for r in part:
+                print(f"| {r['ef_search']} | {r['recall']:.4f} | {r['qps']:.0f} | {r['p50_us']:.0f} |"
+                      f" {r['p99_us']:.0f} |")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)

@@ -1,19 +1,39 @@
 #!/usr/bin/env python3
-"""navis inserts inside PostgreSQL, with searches running at the same time, measured by the
-index's own counters (navis_index_counters) and against exact results.
+"""Inserts inside PostgreSQL with searches running at the same time (the NAVIS workload shape,
+issue 7), for navis or pgvector's HNSW, measured against exact results and, for navis, by the
+index's own counters (navis_index_counters).
 
     inserts.py DATA_DIR [--host /tmp/navis-pgbench --port 54340] [--base 50000] [--insert 10000]
                [--batch 1000] [--writers 2] [--searchers 1] [--max-degree R] [--build-list L]
                [--queries 100] [--json OUT.json]
+               [--system navis|pgvector] [--hnsw-m 16] [--hnsw-ef-construction 64]
+               [--ef-search N] [--search-list N] [--coltype real|vector] [--window]
+               [--recall-every 1] [--sample-interval 0.5]
 
-1. loads the first BASE rows of base.fbin (ids = row numbers) and builds the navis index;
+1. loads the first BASE rows of base.fbin (ids = row numbers) and builds the index: navis on a
+   real[] column (or vector(dim) with --coltype vector), or with --system pgvector `USING hnsw
+   (embedding vector_l2_ops) WITH (m, ef_construction)` on a vector(dim) column;
 2. inserts the next INSERT rows in batches of BATCH rows, each batch split over WRITERS
-   connections (one INSERT ... per 100 rows), while SEARCHERS connections run
-   `ORDER BY embedding <-> q LIMIT 10` queries in a loop;
-3. per batch reports rows/s, the search queries/s during the batch, and per insert the edge pages
-   read (position seeking and re-reads), edge pages written, the pages an in-place update of the
-   same lists would rewrite, vectors loaded by CASR; then VACUUM, navis_verify, and recall@10 over
-   QUERIES queries against exact top-10 of the rows present (numpy brute force).
+   connections (one INSERT ... per row, one transaction per 100 rows), while SEARCHERS connections
+   run `ORDER BY embedding <-> q LIMIT 10` queries in a loop (navis.search_list from --search-list,
+   hnsw.ef_search from --ef-search; the server's defaults otherwise);
+3. per batch reports rows/s (rows over the batch's insert time), the search queries/s during the
+   batch and their latency P50/P99 (ms), and, for navis only, per insert the edge pages read
+   (position seeking and re-reads), edge pages written, the pages an in-place update of the same
+   lists would rewrite, vectors loaded by CASR; after each batch (--recall-every), with the
+   searchers stopped, recall@10 over QUERIES queries against the exact top-10 of the rows present
+   (numpy brute force);
+4. at the end VACUUM, navis_verify (navis), and recall@10 over the rows present.
+
+--window (sliding window): a btree on id is added before the run; each batch, after its inserts
+and with the searchers still running, deletes the BATCH oldest rows present and runs VACUUM on the
+table (as autovacuum would, concurrently with the searches); the row reports the delete and VACUUM
+times, rows/s stays rows over the insert time, search q/s and latencies cover the whole batch.
+
+--json writes every per-batch row, the final numbers, the settings and the memory regime, plus a
+timeline sampled every --sample-interval seconds of (t, rows inserted so far, searches so far,
+rows deleted so far) for plots.py; a row counts as inserted when its INSERT has executed (the
+transactions commit every 100 rows).
 
 Wall times on shared machines are noisy; the per-insert counters are deterministic.
 """
@@ -25,7 +45,8 @@ import time
 
 import numpy as np
 
-from bench import Float4Array, connect, encode_arrays, load, read_fbin, build_index
+from bench import (connect, encode_params, load, read_fbin, build_index, resolve_system_args,
+                   server_memory, setup_system)
 
 COUNTERS = ("inserts", "insert_pages_read", "edge_pages_written", "insert_pages_in_place",
             "insert_vectors_loaded", "edge_lists_written")
@@ -37,59 +58,108 @@ def counters(conn, index):
         return dict(cur.fetchall())
 
 
-def one_array(v):
-    return Float4Array(encode_arrays(np.asarray(v, dtype=np.float32)[None, :]).tobytes())
+class Progress:
+    """Counts shared by the writer, searcher and sampler threads."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.inserted = self.searches = self.deleted = 0
+
+    def add(self, field, n):
+        with self.lock:
+            setattr(self, field, getattr(self, field) + n)
+
+    def snapshot(self):
+        with self.lock:
+            return self.inserted, self.searches, self.deleted
 
 
-def insert_rows(args, table, base, ids):
+def search_settings(args):
+    if args.system == "pgvector":
+        return [f"SET hnsw.ef_search = {args.ef_search}"] if args.ef_search else []
+    return [f"SET navis.search_list = {args.search_list}"] if args.search_list else []
+
+
+def insert_rows(args, table, base, ids, progress):
     conn = connect(args)
     with conn.cursor() as cur:
         for start in range(0, len(ids), 100):
             part = ids[start:start + 100]
+            vals = encode_params(base[part[0]:part[-1] + 1], args.coltype)
             cur.execute("BEGIN")
-            for i in part:
-                cur.execute(f"INSERT INTO {table} (id, embedding) VALUES (%s, %s)",
-                            (int(i), one_array(base[i])))
+            for i, v in zip(part, vals):
+                cur.execute(f"INSERT INTO {table} (id, embedding) VALUES (%s, %s)", (int(i), v))
+                progress.add("inserted", 1)  # counted when executed (committed per 100 rows)
             cur.execute("COMMIT")
     conn.close()
 
 
-def search_loop(args, table, queries, stop, done):
+def search_loop(args, table, enc, stop, done, progress):
+    """Queries until stop is set; appends the latencies (seconds) of its queries to done."""
     conn = connect(args)
-    n = 0
+    lat = []
     with conn.cursor() as cur:
         cur.execute("SET enable_seqscan = off")
+        for s in search_settings(args):
+            cur.execute(s)
+        n = 0
         while not stop.is_set():
+            t0 = time.perf_counter()
             cur.execute(f"SELECT id FROM {table} ORDER BY embedding <-> %s LIMIT 10",
-                        (one_array(queries[n % len(queries)]),))
+                        (enc[n % len(enc)],))
             cur.fetchall()
+            lat.append(time.perf_counter() - t0)
+            progress.add("searches", 1)
             n += 1
-    done.append(n)
+    done.append(lat)
     conn.close()
 
 
-def recall(conn, table, base, present, queries, k=10):
-    data = np.asarray(base[:present], dtype=np.float32)
+def sampler(progress, t_start, stop, timeline, interval):
+    while True:
+        ins, srch, dele = progress.snapshot()
+        timeline.append({"t": time.perf_counter() - t_start, "inserted": ins, "searches": srch,
+                         "deleted": dele})
+        if stop.wait(interval):
+            ins, srch, dele = progress.snapshot()
+            timeline.append({"t": time.perf_counter() - t_start, "inserted": ins,
+                             "searches": srch, "deleted": dele})
+            return
+
+
+def recall(conn, args, table, base, lo, hi, queries, enc, k=10):
+    """recall@k of the index against the exact top-k of the rows lo..hi-1 (the rows present)."""
+    data = np.asarray(base[lo:hi], dtype=np.float32)
     norms = (data * data).sum(1)
     hits = 0
     with conn.cursor() as cur:
         cur.execute("SET enable_seqscan = off")
-        for q in queries:
+        for s in search_settings(args):
+            cur.execute(s)
+        for q, e in zip(queries, enc):
             d = norms - 2 * data @ q
-            truth = set(np.argpartition(d, k)[:k].tolist())
-            cur.execute(f"SELECT id FROM {table} ORDER BY embedding <-> %s LIMIT {k}",
-                        (one_array(q),))
+            truth = set((np.argpartition(d, k)[:k] + lo).tolist())
+            cur.execute(f"SELECT id FROM {table} ORDER BY embedding <-> %s LIMIT {k}", (e,))
             hits += len(truth & {r[0] for r in cur.fetchall()})
     return hits / (k * len(queries))
 
 
+def pct(lat, p):
+    if not lat:
+        return None
+    return lat[min(len(lat) - 1, int(len(lat) * p))] * 1e3
+
+
 def main():
-    p = argparse.ArgumentParser()
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("data")
     p.add_argument("--host", default="/tmp/navis-pgbench")
     p.add_argument("--port", type=int, default=54340)
     p.add_argument("--user", default="postgres")
     p.add_argument("--dbname", default="postgres")
+    p.add_argument("--system", choices=("navis", "pgvector"), default="navis")
+    p.add_argument("--coltype", choices=("real", "vector"),
+                   help="navis: real[] (default) or vector(dim); pgvector: always vector(dim)")
     p.add_argument("--base", type=int, default=50000)
     p.add_argument("--insert", type=int, default=10000)
     p.add_argument("--batch", type=int, default=1000)
@@ -100,73 +170,183 @@ def main():
     p.add_argument("--build-list", type=int)
     p.add_argument("--pq-bytes", type=int)
     p.add_argument("--alpha", type=float)
+    p.add_argument("--hnsw-m", type=int, default=16)
+    p.add_argument("--hnsw-ef-construction", type=int, default=64)
+    p.add_argument("--ef-search", type=int, help="pgvector: hnsw.ef_search (server default: 40)")
+    p.add_argument("--search-list", type=int, help="navis: navis.search_list (server default)")
     p.add_argument("--build-threads", type=int, default=2)
-    p.add_argument("--opclass", default="navis_l2_ops")
+    p.add_argument("--opclass")
+    p.add_argument("--window", action="store_true",
+                   help="sliding window: each batch also deletes the oldest BATCH rows, then VACUUM")
+    p.add_argument("--recall-every", type=int, default=1,
+                   help="measure recall after every N-th batch (0: only at the end)")
+    p.add_argument("--sample-interval", type=float, default=0.5)
     p.add_argument("--json")
-    args = p.parse_args()
+    args = resolve_system_args(p.parse_args())
+    navis = args.system == "navis"
 
     base = read_fbin(f"{args.data}/base.fbin")
+    if args.base + args.insert > base.shape[0]:
+        p.error(f"--base + --insert = {args.base + args.insert} > {base.shape[0]} rows in base.fbin")
     queries = np.asarray(read_fbin(f"{args.data}/query.fbin")[:args.queries], dtype=np.float32)
-    table, index = "ins_bench", "ins_bench_idx"
+    enc = encode_params(queries, args.coltype)
+    table, index = ("ins_bench", "ins_bench_idx") if navis else ("ins_hnsw", "ins_hnsw_idx")
     conn = connect(args)
-    conn.execute("CREATE EXTENSION IF NOT EXISTS navis")
-    load(conn, table, base[:args.base])
+    setup_system(conn, args)
+    memory = server_memory(conn)
+    load(conn, table, base[:args.base], coltype=args.coltype)
+    if args.window:
+        conn.execute(f"CREATE INDEX {table}_id ON {table} (id)")
     built = build_index(conn, table, index, args)
-    print(f"built {built['sql']} over {args.base} rows in {built['build_s']:.1f} s")
-    print()
-    print("| batch | rows | rows/s | search q/s | pages read / insert | pages written / insert "
-          "| in-place pages / insert | vectors loaded / insert |")
-    print("|---|---|---|---|---|---|---|---|")
-    batches = []
-    next_id = args.base
-    for b in range(args.insert // args.batch):
-        ids = np.arange(next_id, next_id + args.batch)
-        before = counters(conn, index)
-        stop, done = threading.Event(), []
-        searchers = [threading.Thread(target=search_loop, args=(args, table, queries, stop, done))
-                     for _ in range(args.searchers)]
-        for t in searchers:
-            t.start()
-        t0 = time.perf_counter()
-        writers = [threading.Thread(target=insert_rows, args=(args, table, base, part))
-                   for part in np.array_split(ids, args.writers)]
-        for t in writers:
-            t.start()
-        for t in writers:
-            t.join()
-        secs = time.perf_counter() - t0
-        stop.set()
-        for t in searchers:
-            t.join()
-        after = counters(conn, index)
-        d = {c: after[c] - before[c] for c in COUNTERS}
-        n = max(d["inserts"], 1)
-        row = {"batch": b + 1, "rows": args.batch, "rows_per_s": args.batch / secs,
-               "search_qps": sum(done) / secs, "pages_read": d["insert_pages_read"] / n,
-               "pages_written": d["edge_pages_written"] / n,
-               "pages_in_place": d["insert_pages_in_place"] / n,
-               "vectors_loaded": d["insert_vectors_loaded"] / n,
-               "lists_written": d["edge_lists_written"] / n}
-        batches.append(row)
-        print(f"| {row['batch']} | {row['rows']} | {row['rows_per_s']:.0f} | {row['search_qps']:.0f} "
-              f"| {row['pages_read']:.1f} | {row['pages_written']:.2f} | {row['pages_in_place']:.2f} "
-              f"| {row['vectors_loaded']:.1f} |")
-        next_id += args.batch
     with conn.cursor() as cur:
-        cur.execute(f"VACUUM {table}")
-        cur.execute("SELECT clean, vertices, unreachable, problems FROM navis_verify(%s::regclass)",
-                    (index,))
-        verify = cur.fetchone()
-        cur.execute("SELECT edge_pages FROM navis_index_stats(%s::regclass)", (index,))
-        edge_pages = cur.fetchone()[0]
-    r = recall(conn, table, base, next_id, queries)
-    lists = np.mean([b["lists_written"] for b in batches])
+        for s in search_settings(args):
+            cur.execute(s)
+        cur.execute("SELECT current_setting('navis.search_list', true),"
+                    " current_setting('hnsw.ef_search', true)")
+        search_list, ef_search = cur.fetchone()
+    setting = f"navis.search_list {search_list}" if navis else f"hnsw.ef_search {ef_search}"
+    print(f"{args.system}: built {built['sql']} over {args.base} rows in {built['build_s']:.1f} s; "
+          f"{setting}; regime {memory['regime']}" + ("; sliding window" if args.window else ""))
     print()
-    print(f"lists written per insert {lists:.1f}; navis_verify after VACUUM {verify}; "
-          f"recall@10 over {len(queries)} queries against exact top-10 of the {next_id} rows: {r:.4f}")
+    head = "| batch | rows | rows/s | search q/s | search P50 ms | search P99 ms "
+    sep = "|---|---|---|---|---|---"
+    if navis:
+        head += "| pages read / insert | pages written / insert | in-place pages / insert " \
+                "| vectors loaded / insert "
+        sep += "|---|---|---|---"
+    if args.window:
+        head += "| delete s | VACUUM s "
+        sep += "|---|---"
+    head += "| recall@10 |"
+    sep += "|---|"
+    print(head)
+    print(sep)
+
+    batches = []
+    progress = Progress()
+    timeline = []
+    t_start = time.perf_counter()
+    stop_sampler = threading.Event()
+    sampler_t = threading.Thread(target=sampler, args=(progress, t_start, stop_sampler, timeline,
+                                                       args.sample_interval))
+    sampler_t.start()
+    next_id = args.base
+    oldest = 0
+    try:
+        for b in range(args.insert // args.batch):
+            ids = np.arange(next_id, next_id + args.batch)
+            before = counters(conn, index) if navis else None
+            stop, done = threading.Event(), []
+            searchers = [threading.Thread(target=search_loop,
+                                          args=(args, table, enc, stop, done, progress))
+                         for _ in range(args.searchers)]
+            for t in searchers:
+                t.start()
+            t0 = time.perf_counter()
+            writers = [threading.Thread(target=insert_rows, args=(args, table, base, part, progress))
+                       for part in np.array_split(ids, args.writers)]
+            for t in writers:
+                t.start()
+            for t in writers:
+                t.join()
+            t_ins = time.perf_counter()
+            secs = t_ins - t0
+            delete_s = vacuum_s = None
+            if args.window:
+                with conn.cursor() as cur:
+                    cur.execute(f"DELETE FROM {table} WHERE id >= %s AND id < %s",
+                                (oldest, oldest + args.batch))
+                    t_del = time.perf_counter()
+                    cur.execute(f"VACUUM {table}")
+                    vacuum_s = time.perf_counter() - t_del
+                    delete_s = t_del - t_ins
+                oldest += args.batch
+                progress.add("deleted", args.batch)
+            wall = time.perf_counter() - t0
+            stop.set()
+            for t in searchers:
+                t.join()
+            lat = sorted(x for d in done for x in d)
+            row = {"batch": b + 1, "rows": args.batch, "rows_per_s": args.batch / secs,
+                   "insert_s": secs, "batch_s": wall, "t_start": t0 - t_start,
+                   "t_end": time.perf_counter() - t_start,
+                   "searches": len(lat), "search_qps": len(lat) / wall,
+                   "search_p50_ms": pct(lat, 0.5), "search_p99_ms": pct(lat, 0.99),
+                   "rows_present": next_id + args.batch - oldest}
+            if args.window:
+                row.update(delete_s=delete_s, vacuum_s=vacuum_s, deleted=args.batch)
+            if navis:
+                after = counters(conn, index)
+                d = {c: after[c] - before[c] for c in COUNTERS}
+                n = max(d["inserts"], 1)
+                row.update(pages_read=d["insert_pages_read"] / n,
+                           pages_written=d["edge_pages_written"] / n,
+                           pages_in_place=d["insert_pages_in_place"] / n,
+                           vectors_loaded=d["insert_vectors_loaded"] / n,
+                           lists_written=d["edge_lists_written"] / n)
+            next_id += args.batch
+            if args.recall_every and (b + 1) % args.recall_every == 0:
+                row["recall"] = recall(conn, args, table, base, oldest, next_id, queries, enc)
+            batches.append(row)
+            line = (f"| {row['batch']} | {row['rows']} | {row['rows_per_s']:.0f} | "
+                    f"{row['search_qps']:.0f} | {row['search_p50_ms'] or 0:.2f} | "
+                    f"{row['search_p99_ms'] or 0:.2f} ")
+            if navis:
+                line += (f"| {row['pages_read']:.1f} | {row['pages_written']:.2f} | "
+                         f"{row['pages_in_place']:.2f} | {row['vectors_loaded']:.1f} ")
+            if args.window:
+                line += f"| {delete_s:.2f} | {vacuum_s:.2f} "
+            line += f"| {row['recall']:.4f} |" if "recall" in row else "| - |"
+            print(line, flush=True)
+    finally:
+        stop_sampler.set()
+        sampler_t.join()
+
+    verify = edge_pages = None
+    with conn.cursor() as cur:
+        t0 = time.perf_counter()
+        cur.execute(f"VACUUM {table}")
+        final_vacuum_s = time.perf_counter() - t0
+        if navis:
+            cur.execute("SELECT clean, vertices, unreachable, problems FROM navis_verify(%s::regclass)",
+                        (index,))
+            verify = cur.fetchone()
+            cur.execute("SELECT edge_pages FROM navis_index_stats(%s::regclass)", (index,))
+            edge_pages = cur.fetchone()[0]
+        cur.execute("SELECT pg_relation_size(%s::regclass), pg_table_size(%s::regclass)",
+                    (index, table))
+        index_main_bytes, table_bytes = cur.fetchone()
+    r = recall(conn, args, table, base, oldest, next_id, queries, enc)
+    present = next_id - oldest
+
+    def mean(key):
+        vals = [b[key] for b in batches if b.get(key) is not None]
+        return sum(vals) / len(vals) if vals else None
+
+    averages = {k: mean(k) for k in ("rows_per_s", "search_qps", "search_p50_ms", "search_p99_ms",
+                                     "recall", "pages_read", "pages_written", "lists_written")}
+    print()
+    print(f"averages over {len(batches)} batches: {averages['rows_per_s'] or 0:.0f} rows/s, "
+          f"{averages['search_qps'] or 0:.0f} search q/s, P50 {averages['search_p50_ms'] or 0:.2f} ms, "
+          f"P99 {averages['search_p99_ms'] or 0:.2f} ms"
+          + (f", recall@10 {averages['recall']:.4f}" if averages["recall"] is not None else ""))
+    if navis:
+        print(f"lists written per insert {averages['lists_written'] or 0:.1f}; navis_verify after "
+              f"VACUUM {verify}; recall@10 over {len(queries)} queries against exact top-10 of the "
+              f"{present} rows: {r:.4f}")
+    else:
+        print(f"final VACUUM {final_vacuum_s:.1f} s; index {index_main_bytes / 2**20:.1f} MiB; "
+              f"recall@10 over {len(queries)} queries against exact top-10 of the {present} rows: "
+              f"{r:.4f}")
     if args.json:
+        settings = {k: v for k, v in vars(args).items() if k not in ("json",)}
         with open(args.json, "w") as f:
-            json.dump({"build": built, "batches": batches, "verify": list(verify), "recall": r,
+            json.dump({"system": args.system, "dataset": args.data, "settings": settings,
+                       "search_setting": setting, "memory": memory, "build": built,
+                       "batches": batches, "averages": averages, "timeline": timeline,
+                       "verify": list(verify) if verify else None, "recall": r,
+                       "rows_present": present, "final_vacuum_s": final_vacuum_s,
+                       "index_main_bytes": index_main_bytes, "table_bytes": table_bytes,
                        "edge_pages": edge_pages}, f, indent=1, default=str)
 
 
