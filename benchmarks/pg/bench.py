@@ -339,7 +339,26 @@ def search(args, table, index, queries, gt, lst, clients=1):
         scans = max(d[0], 1)
         row.update(hops_q=d[1] / scans, edge_pages_q=d[2] / scans, vector_loads_q=d[3] / scans,
                    bytes_q=d[4] / scans, casr_window=after[5], scans=d[0])
+        # navis's own count of bytes its scans read from the side files, as 4 KiB reads per
+        # second, against the fio ceiling (QD 64) of this machine
+        row["reads_4k_per_s"] = row["bytes_q"] / 4096 * row["qps"]
+        ceiling = device_ceiling()
+        if ceiling:
+            row["ceiling_iops"] = ceiling
+            row["ceiling_fraction"] = row["reads_4k_per_s"] / ceiling
     return row
+
+
+def device_ceiling():
+    """IOPS at queue depth 64 from benchmarks/results/device.json (benchmarks/device/fio_ceiling.sh),
+    or None."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "results", "device.json")
+    try:
+        with open(path) as f:
+            rows = json.load(f)["results"]
+        return max(r["iops"] for r in rows if r["qd"] == max(x["qd"] for x in rows))
+    except (OSError, ValueError, KeyError):
+        return None
 
 
 def server_memory(conn):
