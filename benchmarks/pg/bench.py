@@ -368,9 +368,10 @@ def server_memory(conn):
     info = {}
     with conn.cursor() as cur:
         cur.execute("SELECT current_setting('shared_buffers'), current_setting('effective_cache_size'),"
-                    " current_setting('maintenance_work_mem'), current_setting('data_directory')")
-        info["shared_buffers"], info["effective_cache_size"], info["maintenance_work_mem"], datadir = \
-            cur.fetchone()
+                    " current_setting('maintenance_work_mem'), current_setting('data_directory'),"
+                    " current_setting('navis.cache_size', true)")
+        (info["shared_buffers"], info["effective_cache_size"], info["maintenance_work_mem"], datadir,
+         info["navis_cache_size"]) = cur.fetchone()
     try:
         with open(os.path.join(datadir, "postmaster.pid")) as f:
             pid = int(f.readline())
