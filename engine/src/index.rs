@@ -30,8 +30,8 @@
 use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, RwLock, RwLockReadGuard};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use rand::seq::index::sample;
@@ -42,7 +42,10 @@ use crate::cache::{Caller, Ticket};
 use crate::casr::WindowCalibrator;
 use crate::counters::SearchCounters;
 use crate::distance::{normalize, Metric};
-use crate::entrance::{EntranceError, EntranceGraph, EntranceParams, DEFAULT_BUILD_LIST};
+use crate::entrance::shared::SharedEntrance;
+use crate::entrance::{
+    EntranceError, EntranceGraph, EntranceParams, EntranceView, DEFAULT_BUILD_LIST,
+};
 use crate::graph::{self, BuildControl, BuildError, VamanaParams};
 use crate::io::{AlignedPage, PageReader};
 use crate::placement::{greedy_placement, identity_placement, overlap_ratio, Placement};
@@ -50,7 +53,7 @@ use crate::pq::ProductQuantizer;
 use crate::search::{CasrMode, IndexSource, SearchCursor, SearchHit, SearchParams};
 use crate::storage::state::Field;
 use crate::storage::{
-    BuildInput, BuildParams, EdgePageLayout, HeapTid, IndexFiles, IndexWriter, IndirEntry,
+    names, BuildInput, BuildParams, EdgePageLayout, HeapTid, IndexFiles, IndexWriter, IndirEntry,
     StorageError, PAGE_SIZE,
 };
 use crate::VertexId;
@@ -341,6 +344,10 @@ pub fn build_index(
         },
     };
     let manifest = IndexWriter::create_with_medoid(dir, &input, graph.medoid)?;
+    // The shared entrance graph for the server lifetime the fresh state belongs to (epoch 0
+    // until the first recovery rebuilds it).
+    SharedEntrance::create(&dir.join(names::ENTRANCE_SHM), &entrance, 0)
+        .map_err(|e| IndexError::Invalid(format!("{}: {e}", dir.display())))?;
     report.edge_pages = manifest.edge_pages;
     clock.finish(&mut report);
     report.file_sizes = file_sizes(dir);
@@ -536,10 +543,12 @@ pub enum CasrSetting {
 pub struct Index {
     files: IndexFiles,
     pq: ProductQuantizer,
-    /// This process's copy of the entrance graph: the build's, plus the promotions of
-    /// `entrance.log` up to `entrance_applied` bytes (`update::promote`).
-    entrance: RwLock<EntranceGraph>,
-    entrance_applied: AtomicU64,
+    /// The shared entrance graph (`entrance.shm`), mapped; or, when that file cannot be
+    /// used, a private copy built from the durable files (then nothing is promoted).
+    entrance: RwLock<Arc<SharedEntrance>>,
+    entrance_is_shared: AtomicBool,
+    /// The state epoch at which `entrance` was last (re)opened.
+    entrance_checked: AtomicU64,
     calibrator: Mutex<WindowCalibrator>,
 }
 
@@ -566,15 +575,19 @@ impl Index {
                 m.vertex_count
             )));
         }
-        let index = Index {
+        let epoch = files.state().epoch();
+        let (shared, is_shared) = match open_shared_entrance(&files) {
+            Some(shared) => (shared, true),
+            None => (private_entrance(&files, entrance)?, false),
+        };
+        Ok(Index {
             files,
             pq,
-            entrance: RwLock::new(entrance),
-            entrance_applied: AtomicU64::new(0),
+            entrance: RwLock::new(Arc::new(shared)),
+            entrance_is_shared: AtomicBool::new(is_shared),
+            entrance_checked: AtomicU64::new(epoch),
             calibrator: Mutex::new(WindowCalibrator::for_search()),
-        };
-        index.sync_entrance();
-        Ok(index)
+        })
     }
 
     pub fn dir(&self) -> &Path {
@@ -650,33 +663,30 @@ impl Index {
         &self.pq
     }
 
-    /// The in-memory entrance graph, brought up to date with the promotions other
-    /// processes logged.
-    pub fn entrance(&self) -> RwLockReadGuard<'_, EntranceGraph> {
-        self.sync_entrance();
-        self.entrance.read().expect("entrance lock")
+    /// The entrance graph every process shares (see `entrance::shared`). After a recovery
+    /// rebuilt the shared file (a new server lifetime), the new file is mapped.
+    pub fn entrance(&self) -> Arc<SharedEntrance> {
+        let epoch = self.files.state().epoch();
+        let current = Arc::clone(&self.entrance.read().expect("entrance lock"));
+        if self.entrance_checked.load(Ordering::Acquire) == epoch {
+            return current;
+        }
+        self.entrance_checked.store(epoch, Ordering::Release);
+        match open_shared_entrance(&self.files) {
+            Some(fresh) if fresh.epoch() == epoch || !self.entrance_is_shared() => {
+                let fresh = Arc::new(fresh);
+                *self.entrance.write().expect("entrance lock") = Arc::clone(&fresh);
+                self.entrance_is_shared.store(true, Ordering::Release);
+                fresh
+            }
+            _ => current,
+        }
     }
 
-    /// Applies the promotions of `entrance.log` this process has not applied yet. A record
-    /// that cannot be read or applied stops the catch-up there (the graph stays as it was:
-    /// a stale entrance graph costs hops, never correctness).
-    pub fn sync_entrance(&self) {
-        let logged = self.files.state().get(Field::EntranceLogBytes) as u64;
-        if self.entrance_applied.load(Ordering::Acquire) >= logged {
-            return;
-        }
-        let mut graph = self.entrance.write().expect("entrance lock");
-        let applied = self.entrance_applied.load(Ordering::Acquire);
-        if applied >= logged {
-            return;
-        }
-        let done = crate::update::promote::apply_log(
-            &self.files.dir().join(crate::storage::names::ENTRANCE_LOG),
-            applied,
-            logged,
-            &mut graph,
-        );
-        self.entrance_applied.store(done, Ordering::Release);
+    /// Whether [`Index::entrance`] is the shared graph (false: a private copy, because the
+    /// shared file could not be opened; promotions are then skipped).
+    pub fn entrance_is_shared(&self) -> bool {
+        self.entrance_is_shared.load(Ordering::Acquire)
     }
 
     /// Replaces the search-window calibrator (e.g. to change the warm-up count).
@@ -774,6 +784,38 @@ impl Index {
         }
         Ok(self.search_window())
     }
+}
+
+/// Maps `entrance.shm` if it exists and matches the manifest.
+fn open_shared_entrance(files: &IndexFiles) -> Option<SharedEntrance> {
+    let shared = SharedEntrance::open(&files.dir().join(names::ENTRANCE_SHM)).ok()?;
+    let m = files.manifest();
+    (shared.dim() == m.dim as usize && shared.metric() == m.metric).then_some(shared)
+}
+
+/// A private entrance graph (build plus logged promotions) in an unlinked temporary file,
+/// for when the shared one cannot be opened.
+fn private_entrance(
+    files: &IndexFiles,
+    mut graph: EntranceGraph,
+) -> Result<SharedEntrance, IndexError> {
+    let logged = files.state().get(Field::EntranceLogBytes) as u64;
+    crate::update::promote::apply_log(
+        &files.dir().join(names::ENTRANCE_LOG),
+        0,
+        logged,
+        &mut graph,
+    );
+    let path = std::env::temp_dir().join(format!(
+        "navis-entrance-{}-{:x}.shm",
+        std::process::id(),
+        rand::random::<u64>()
+    ));
+    let invalid = |e: EntranceError| IndexError::Invalid(format!("{}: {e}", files.dir().display()));
+    SharedEntrance::create(&path, &graph, u64::MAX).map_err(invalid)?;
+    let opened = SharedEntrance::open(&path).map_err(invalid);
+    let _ = std::fs::remove_file(&path);
+    opened
 }
 
 /// Per-thread read access to an [`Index`]: implements [`IndexSource`].

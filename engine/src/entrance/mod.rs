@@ -55,6 +55,227 @@ const NEW_VERTEX: u32 = u32::MAX;
 /// What a search returns: entry points, then the explored set with distances (global ids).
 pub type EntrySearch = (Vec<VertexId>, Vec<(VertexId, f32)>);
 
+pub mod shared;
+
+/// Read access to an entrance graph, whether it is a process's own [`EntranceGraph`] or the
+/// [`shared::SharedEntrance`] every backend maps: searching and planning promotions work on
+/// either. Ids are local (dense `0..len`) unless a method says global.
+pub trait EntranceView {
+    fn metric(&self) -> Metric;
+    fn dim(&self) -> usize;
+    fn max_degree(&self) -> usize;
+    fn alpha(&self) -> f32;
+    /// Members (published ones, for a shared graph).
+    fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Local id searches start from.
+    fn start(&self) -> u32;
+    fn global_id(&self, local: u32) -> VertexId;
+    fn local_id(&self, global: VertexId) -> Option<u32>;
+    fn local_vector(&self, local: u32) -> &[f32];
+    /// Appends the neighbours of `local` to `out`.
+    fn local_list(&self, local: u32, out: &mut Vec<u32>);
+}
+
+/// Entry points for `query` in any entrance graph: the `list` closest members found (global
+/// ids, closest first, those for which `is_live` is false left out), the explored set E_ent
+/// (global ids with exact distances, closest first), and the distances computed.
+pub fn search_view<G: EntranceView + ?Sized>(
+    graph: &G,
+    query: &[f32],
+    list: usize,
+    is_live: impl Fn(VertexId) -> bool,
+) -> Result<(EntrySearch, usize), EntranceError> {
+    if query.len() != graph.dim() {
+        return Err(EntranceError::Invalid(format!(
+            "query has {} dimensions, the entrance graph {}",
+            query.len(),
+            graph.dim()
+        )));
+    }
+    let n = graph.len();
+    if n == 0 || list == 0 {
+        return Ok(((Vec::new(), Vec::new()), 0));
+    }
+    let metric = graph.metric();
+    let mut scratch = SearchScratch::new(n);
+    greedy_search(
+        &[graph.start()],
+        list,
+        &mut scratch,
+        // A shared graph may have grown since `n` was read: members beyond it are skipped.
+        |v, out| {
+            let at = out.len();
+            graph.local_list(v, out);
+            let mut i = at;
+            while i < out.len() {
+                if out[i] as usize >= n {
+                    out.swap_remove(i);
+                } else {
+                    i += 1;
+                }
+            }
+        },
+        |v| metric.search_distance(query, graph.local_vector(v)),
+    );
+    let entry = scratch
+        .top(list)
+        .into_iter()
+        .map(|(l, _)| graph.global_id(l))
+        .filter(|&g| is_live(g))
+        .collect();
+    let mut explored: Vec<(VertexId, f32)> = scratch
+        .explored
+        .iter()
+        .map(|&(l, d)| (graph.global_id(l), d))
+        .collect();
+    explored.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
+    Ok(((entry, explored), scratch.distance_computations))
+}
+
+/// Computes a promotion of `vertex` into any entrance graph without changing it (see
+/// [`EntranceGraph::plan_promotion`]).
+pub fn plan_view<G: EntranceView + ?Sized>(
+    graph: &G,
+    vertex: VertexId,
+    vector: &[f32],
+    e_ent: &[VertexId],
+    e_pos: &[VertexId],
+) -> Result<PromotionPlan, EntranceError> {
+    check_new_vertex(graph, vertex, vector)?;
+    let neighbors = choose_neighbors(graph, vector, e_ent, e_pos);
+    let updates = neighbors
+        .iter()
+        .map(|&p| (p, list_with_new(graph, p, vector)))
+        .collect();
+    Ok(PromotionPlan {
+        vertex,
+        vector: vector.to_vec(),
+        neighbors,
+        updates,
+    })
+}
+
+fn check_new_vertex<G: EntranceView + ?Sized>(
+    graph: &G,
+    vertex: VertexId,
+    vector: &[f32],
+) -> Result<(), EntranceError> {
+    if vector.len() != graph.dim() {
+        return Err(EntranceError::Invalid(format!(
+            "vector has {} dimensions, the entrance graph {}",
+            vector.len(),
+            graph.dim()
+        )));
+    }
+    crate::vector::validate(vector).map_err(|e| EntranceError::Invalid(e.to_string()))?;
+    if graph.local_id(vertex).is_some() {
+        return Err(EntranceError::Invalid(format!(
+            "vertex {vertex} is already a member"
+        )));
+    }
+    if graph.len() >= NEW_VERTEX as usize {
+        return Err(EntranceError::Invalid("the entrance graph is full".into()));
+    }
+    Ok(())
+}
+
+/// N_ent: E_inter by exact distance, then E_ent in its order, at most R_ent, no repeats.
+fn choose_neighbors<G: EntranceView + ?Sized>(
+    graph: &G,
+    vector: &[f32],
+    e_ent: &[VertexId],
+    e_pos: &[VertexId],
+) -> Vec<u32> {
+    let metric = graph.metric();
+    let mut inter: Vec<(u32, f32)> = e_pos
+        .iter()
+        .filter_map(|&g| graph.local_id(g))
+        .map(|l| (l, metric.search_distance(graph.local_vector(l), vector)))
+        .collect();
+    inter.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
+    inter.dedup_by_key(|c| c.0);
+    let mut chosen: Vec<u32> = inter
+        .into_iter()
+        .map(|c| c.0)
+        .take(graph.max_degree())
+        .collect();
+    for l in e_ent.iter().filter_map(|&g| graph.local_id(g)) {
+        if chosen.len() >= graph.max_degree() {
+            break;
+        }
+        if !chosen.contains(&l) {
+            chosen.push(l);
+        }
+    }
+    chosen
+}
+
+/// p's list with the new vertex appended, pruned to R_ent if that overflows it.
+fn list_with_new<G: EntranceView + ?Sized>(graph: &G, p: u32, vector: &[f32]) -> Vec<u32> {
+    let mut list = Vec::new();
+    graph.local_list(p, &mut list);
+    if list.contains(&NEW_VERTEX) {
+        return list;
+    }
+    list.push(NEW_VERTEX);
+    if list.len() <= graph.max_degree() {
+        return list;
+    }
+    let vec_of = |l: u32| {
+        if l == NEW_VERTEX {
+            vector
+        } else {
+            graph.local_vector(l)
+        }
+    };
+    let p_vec = graph.local_vector(p);
+    // The same prune distance as the build (L2 geometry for inner product).
+    let metric = prune_metric(graph.metric());
+    let mut pool: Vec<(VertexId, f32)> = list
+        .iter()
+        .map(|&u| (u, metric.search_distance(p_vec, vec_of(u))))
+        .collect();
+    robust_prune(&mut pool, graph.alpha(), graph.max_degree(), |a, b| {
+        metric.search_distance(vec_of(a), vec_of(b))
+    })
+}
+
+impl EntranceView for EntranceGraph {
+    fn metric(&self) -> Metric {
+        self.metric
+    }
+    fn dim(&self) -> usize {
+        self.dim
+    }
+    fn max_degree(&self) -> usize {
+        self.max_degree
+    }
+    fn alpha(&self) -> f32 {
+        self.alpha
+    }
+    fn len(&self) -> usize {
+        self.ids.len()
+    }
+    fn start(&self) -> u32 {
+        self.start
+    }
+    fn global_id(&self, local: u32) -> VertexId {
+        self.ids[local as usize]
+    }
+    fn local_id(&self, global: VertexId) -> Option<u32> {
+        self.local.get(&global).copied()
+    }
+    fn local_vector(&self, local: u32) -> &[f32] {
+        row(&self.vectors, self.dim, local)
+    }
+    fn local_list(&self, local: u32, out: &mut Vec<u32>) {
+        out.extend_from_slice(&self.adjacency[local as usize]);
+    }
+}
+
 /// Build parameters.
 #[derive(Clone, Debug, PartialEq)]
 pub struct EntranceParams {
@@ -382,40 +603,7 @@ impl EntranceGraph {
         list: usize,
         is_live: impl Fn(VertexId) -> bool,
     ) -> Result<(EntrySearch, usize), EntranceError> {
-        if query.len() != self.dim {
-            return Err(EntranceError::Invalid(format!(
-                "query has {} dimensions, the entrance graph {}",
-                query.len(),
-                self.dim
-            )));
-        }
-        if self.is_empty() || list == 0 {
-            return Ok(((Vec::new(), Vec::new()), 0));
-        }
-        let mut scratch = SearchScratch::new(self.len());
-        greedy_search(
-            &[self.start],
-            list,
-            &mut scratch,
-            |v, out| out.extend_from_slice(&self.adjacency[v as usize]),
-            |v| {
-                self.metric
-                    .search_distance(query, row(&self.vectors, self.dim, v))
-            },
-        );
-        let entry = scratch
-            .top(list)
-            .into_iter()
-            .map(|(l, _)| self.ids[l as usize])
-            .filter(|&g| is_live(g))
-            .collect();
-        let mut explored: Vec<(VertexId, f32)> = scratch
-            .explored
-            .iter()
-            .map(|&(l, d)| (self.ids[l as usize], d))
-            .collect();
-        explored.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
-        Ok(((entry, explored), scratch.distance_computations))
+        search_view(self, query, list, is_live)
     }
 
     /// Adds `vertex` (Algorithm 2): [`plan_promotion`](Self::plan_promotion) then
@@ -443,23 +631,12 @@ impl EntranceGraph {
         e_ent: &[VertexId],
         e_pos: &[VertexId],
     ) -> Result<PromotionPlan, EntranceError> {
-        self.check_new_vertex(vertex, vector)?;
-        let neighbors = self.choose_neighbors(vector, e_ent, e_pos);
-        let updates = neighbors
-            .iter()
-            .map(|&p| (p, self.list_with_new(p, vector)))
-            .collect();
-        Ok(PromotionPlan {
-            vertex,
-            vector: vector.to_vec(),
-            neighbors,
-            updates,
-        })
+        plan_view(self, vertex, vector, e_ent, e_pos)
     }
 
     /// Installs a plan made by [`plan_promotion`](Self::plan_promotion) on this graph.
     pub fn apply_promotion(&mut self, plan: PromotionPlan) -> Result<(), EntranceError> {
-        self.check_new_vertex(plan.vertex, &plan.vector)?;
+        check_new_vertex(self, plan.vertex, &plan.vector)?;
         let n = self.len() as u32;
         let in_range = |l: &u32| *l < n || *l == NEW_VERTEX;
         if !plan.neighbors.iter().all(|l| *l < n)
@@ -487,85 +664,6 @@ impl EntranceGraph {
             self.start = 0;
         }
         Ok(())
-    }
-
-    fn check_new_vertex(&self, vertex: VertexId, vector: &[f32]) -> Result<(), EntranceError> {
-        if vector.len() != self.dim {
-            return Err(EntranceError::Invalid(format!(
-                "vector has {} dimensions, the entrance graph {}",
-                vector.len(),
-                self.dim
-            )));
-        }
-        crate::vector::validate(vector).map_err(|e| EntranceError::Invalid(e.to_string()))?;
-        if self.contains(vertex) {
-            return Err(EntranceError::Invalid(format!(
-                "vertex {vertex} is already a member"
-            )));
-        }
-        if self.len() >= NEW_VERTEX as usize {
-            return Err(EntranceError::Invalid("the entrance graph is full".into()));
-        }
-        Ok(())
-    }
-
-    /// N_ent: E_inter by exact distance, then E_ent in its order, at most R_ent, no repeats.
-    fn choose_neighbors(&self, vector: &[f32], e_ent: &[VertexId], e_pos: &[VertexId]) -> Vec<u32> {
-        let mut inter: Vec<(u32, f32)> = e_pos
-            .iter()
-            .filter_map(|g| self.local.get(g))
-            .map(|&l| (l, self.local_distance_to(l, vector)))
-            .collect();
-        inter.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
-        inter.dedup_by_key(|c| c.0);
-        let mut chosen: Vec<u32> = inter
-            .into_iter()
-            .map(|c| c.0)
-            .take(self.max_degree)
-            .collect();
-        for &l in e_ent.iter().filter_map(|g| self.local.get(g)) {
-            if chosen.len() >= self.max_degree {
-                break;
-            }
-            if !chosen.contains(&l) {
-                chosen.push(l);
-            }
-        }
-        chosen
-    }
-
-    /// p's list with the new vertex appended, pruned to R_ent if that overflows it.
-    fn list_with_new(&self, p: u32, vector: &[f32]) -> Vec<u32> {
-        let mut list = self.adjacency[p as usize].clone();
-        if list.contains(&NEW_VERTEX) {
-            return list;
-        }
-        list.push(NEW_VERTEX);
-        if list.len() <= self.max_degree {
-            return list;
-        }
-        let vec_of = |l: u32| {
-            if l == NEW_VERTEX {
-                vector
-            } else {
-                row(&self.vectors, self.dim, l)
-            }
-        };
-        let p_vec = row(&self.vectors, self.dim, p);
-        // The same prune distance as the build (L2 geometry for inner product).
-        let metric = prune_metric(self.metric);
-        let mut pool: Vec<(VertexId, f32)> = list
-            .iter()
-            .map(|&u| (u, metric.search_distance(p_vec, vec_of(u))))
-            .collect();
-        robust_prune(&mut pool, self.alpha, self.max_degree, |a, b| {
-            metric.search_distance(vec_of(a), vec_of(b))
-        })
-    }
-
-    fn local_distance_to(&self, l: u32, vector: &[f32]) -> f32 {
-        self.metric
-            .search_distance(row(&self.vectors, self.dim, l), vector)
     }
 
     /// Serialises the graph (little-endian):

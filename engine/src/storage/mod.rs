@@ -64,6 +64,10 @@ pub mod names {
     /// Promotions into the entrance graph after the build, appended by inserts (created by
     /// the first one; not part of a freshly built directory).
     pub const ENTRANCE_LOG: &str = "entrance.log";
+    /// The entrance graph every process maps and promotions change in place; volatile,
+    /// rebuilt from `entrance.bin` and `entrance.log` at each server start
+    /// (`entrance::shared`). Written by the build and by recovery.
+    pub const ENTRANCE_SHM: &str = "entrance.shm";
 
     /// Every file a complete index directory holds, the manifest last because its presence
     /// marks the index complete.

@@ -200,6 +200,8 @@ pub fn recover(
     state.set(Field::Deleted, report.deleted);
     report.free_vertices = free_ids.len() as u32;
     report.free_pages = state.get(Field::FreePageCount);
+    // The shared entrance graph is volatile: rebuild it for this server lifetime.
+    super::promote::rebuild_shared_entrance(files, epoch)?;
     state.set_epoch(epoch);
     Ok(report)
 }

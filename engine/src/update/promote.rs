@@ -1,22 +1,28 @@
 //! The dynamic entrance graph across processes (NAVIS-Update, Algorithm 2).
 //!
-//! Each process keeps its own in-memory copy of the entrance graph. An insert promotes its new
-//! vertex while `|G_ent| < r_ent |G|`: under the index's allocator lock it catches its copy up,
-//! plans the promotion (neighbours from the insert's explored sets, back-edges pruned to
-//! R_ent), appends the plan to `entrance.log` and then advances the log length in `state.dat`.
-//! Every process applies the logged plans in log order before it next reads the graph
-//! (`Index::sync_entrance`), so all copies stay identical and readers never wait for the
-//! writer. A crash between the append and the length update leaves a tail that nobody reads
-//! and the next promotion overwrites.
+//! Every process maps the same entrance graph (`entrance::shared`, file `entrance.shm`). An
+//! insert promotes its new vertex while `|G_ent| < r_ent |G|`: under the index's allocator lock
+//! (the paper's `Lock(G_ent)`) it plans the promotion on the shared graph (neighbours from the
+//! insert's explored sets, back-edges pruned to R_ent), appends the plan to `entrance.log`,
+//! applies it to the shared graph in place, and then advances the log length in `state.dat`.
+//! Readers never wait: new members are published with one atomic store and changed lists are
+//! sequence-locked.
+//!
+//! The shared file is volatile. The log is what makes promotions durable: at each server start
+//! the first backend to open the index rebuilds `entrance.shm` from `entrance.bin` plus the
+//! logged plans ([`rebuild_shared_entrance`], from `recover`). A failure or crash after the
+//! append and before the length update leaves a tail that nobody replays and the next
+//! promotion overwrites.
 //!
 //! Record: `[u32 payload length][u32 CRC-32 of the payload][payload = PromotionPlan::to_bytes]`.
 
 use super::locks::{AllocatorGuard, WriteLocks};
-use crate::entrance::{EntranceGraph, PromotionPlan};
+use crate::entrance::shared::SharedEntrance;
+use crate::entrance::{plan_view, EntranceGraph, PromotionPlan};
 use crate::index::{Index, IndexError};
 use crate::storage::names;
 use crate::storage::state::Field;
-use crate::storage::{crc32, StorageError};
+use crate::storage::{crc32, IndexFiles, StorageError};
 use crate::VertexId;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
@@ -66,19 +72,17 @@ impl Index {
     ) -> Result<bool, IndexError> {
         let ratio = self.files().manifest().params.entrance_ratio as f64;
         let wanted = |graph_len: usize| (graph_len as f64) < ratio * self.len() as f64;
-        if !wanted(self.entrance().len()) {
+        let graph = self.entrance();
+        if !self.entrance_is_shared() || !wanted(graph.len()) {
             return Ok(false);
         }
         let _guard = AllocatorGuard::lock(locks);
-        let plan = {
-            let graph = self.entrance(); // caught up under the lock: nobody appends meanwhile
-            if !wanted(graph.len()) || graph.contains(v) {
-                return Ok(false);
-            }
-            graph
-                .plan_promotion(v, vector, e_ent, e_pos)
-                .map_err(|e| IndexError::Invalid(format!("entrance promotion: {e}")))?
-        };
+        // Under the lock nobody else promotes: the graph cannot change before the apply.
+        if !wanted(graph.len()) || graph.contains(v) {
+            return Ok(false);
+        }
+        let plan = plan_view(&*graph, v, vector, e_ent, e_pos)
+            .map_err(|e| IndexError::Invalid(format!("entrance promotion: {e}")))?;
         let payload = plan.to_bytes();
         let mut record = Vec::with_capacity(payload.len() + 8);
         record.extend_from_slice(&(payload.len() as u32).to_le_bytes());
@@ -98,8 +102,31 @@ impl Index {
             .open(&path)
             .and_then(|f| f.write_all_at(&record, offset))
             .map_err(|e| StorageError::io(&path, "write", e))?;
+        // Applied before the log length counts the record: a failed apply leaves the record
+        // uncounted, so a rebuild replays exactly what the shared graph holds.
+        graph
+            .apply(&plan)
+            .map_err(|e| IndexError::Invalid(format!("entrance promotion: {e}")))?;
         state.set(Field::EntranceLogBytes, end as u32);
-        self.sync_entrance();
         Ok(true)
     }
+}
+
+/// Rebuilds `entrance.shm` from the durable files for server lifetime `epoch`: the build's
+/// graph plus every logged promotion. The caller holds the allocator lock (`recover`). A log
+/// record that cannot be applied ends the replay, and the log length is cut back to it.
+pub fn rebuild_shared_entrance(files: &IndexFiles, epoch: u64) -> Result<usize, StorageError> {
+    let dir = files.dir();
+    let corrupt = |e: crate::entrance::EntranceError| {
+        StorageError::corrupt(&dir.join(names::ENTRANCE), e.to_string())
+    };
+    let mut graph = EntranceGraph::from_bytes(files.entrance()).map_err(corrupt)?;
+    let state = files.state();
+    let logged = state.get(Field::EntranceLogBytes) as u64;
+    let replayed = apply_log(&dir.join(names::ENTRANCE_LOG), 0, logged, &mut graph);
+    if replayed < logged {
+        state.set(Field::EntranceLogBytes, replayed as u32);
+    }
+    SharedEntrance::create(&dir.join(names::ENTRANCE_SHM), &graph, epoch).map_err(corrupt)?;
+    Ok(graph.len())
 }
