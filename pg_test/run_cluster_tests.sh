@@ -145,6 +145,101 @@ test_concurrent_inserts_and_searches() {
   echo "ok       concurrent_inserts_and_searches (8 inserting + 4 searching sessions, 6000 rows inserted, $(cat "$DIR"/search-*.log | awk '{s+=$1} END {print s}') searches during inserts; k=1 self-scans of every 5th row at search_list 400 missing $missing_before before VACUUM (unreachable vertices $unreachable_before), $missing after, a fresh build $missing_fresh; verify: $verify; recall@10 $r_ins vs fresh build $r_fresh; $counters)"
 }
 
+# Restarts the server (fast shutdown) with the given postgresql.auto.conf settings, e.g.
+# restart_with "navis.cache_policy = 'off'"; with no argument it resets the navis.cache_* ones.
+restart_with() {
+  sql -c "ALTER SYSTEM RESET navis.cache_policy" -c "ALTER SYSTEM RESET navis.cache_size" >/dev/null
+  local setting
+  for setting in "$@"; do sql -c "ALTER SYSTEM SET $setting" >/dev/null; done
+  runuser -u postgres -- env -u RUST_BACKTRACE "$PGBIN/pg_ctl" -D "$DIR/data" -l "$DIR/server.log" -m fast -w restart >/dev/null
+}
+
+# The top-10 ids of the first 50 query images through table $1's navis index, one string.
+top10_of() {
+  val "SET enable_seqscan = off;
+       SELECT string_agg(r, ';' ORDER BY qid) FROM (SELECT q.id AS qid,
+         (SELECT string_agg(id::text, ',') FROM (SELECT id FROM $1 ORDER BY v <-> q.v LIMIT 10) s) AS r
+       FROM fm_q q WHERE q.id < 50) t" | tail -1
+}
+
+cache_stat() { val "SELECT value FROM navis_cache_stats WHERE name = '$1'"; }
+
+# NAVIS-Cache in shared memory (issue 6), with a cache of half the edge file: one session's
+# reads fill it and another session hits what the first admitted; sessions inserting while
+# others search write through it (pages vacated by relocations are dropped on the allocator's
+# hint); and the results equal those of the same server with the cache off, and with LRU.
+test_cache_shared_across_backends() {
+  restart_with "navis.cache_size = '2MB'"
+  sql -c "CREATE TABLE ca (id int PRIMARY KEY, v real[])"
+  load_fmnist ca 1 6000
+  sql -c "CREATE INDEX ca_v ON ca USING navis (v)"
+  local ent_build; ent_build=$(val "SELECT entrance_vertices FROM navis_index_stats('ca_v')")
+  [ "$(cache_stat policy)|$(cache_stat enabled)" = "navis|true" ] || { fail cache "navis_cache_stats: $(cache_stat policy)"; return; }
+  local frames; frames=$(cache_stat frames)
+  local pages; pages=$(val "SELECT edge_pages FROM navis_index_stats('ca_v')")
+  [ "$frames" -lt "$pages" ] || { fail cache "$frames frames hold all $pages edge pages"; return; }
+  local first; first=$(top10_of ca)
+  local admitted; admitted=$(cache_stat admitted)
+  [ "$admitted" -gt 0 ] || { fail cache "nothing admitted after 50 searches"; return; }
+  # A second backend: its very first searches hit pages the first one admitted.
+  local second; second=$(val "SET enable_seqscan = off;
+      SELECT count(*) FROM fm_q q, LATERAL (SELECT id FROM ca ORDER BY v <-> q.v LIMIT 10) s WHERE q.id < 50;
+      SELECT edge_page_cache_hits || '/' || edge_pages_read FROM navis_index_stats('ca_v')" | tail -1)
+  [ "${second%%/*}" -gt 0 ] || { fail cache "a second session hit nothing: $second"; return; }
+  # 3 sessions insert 3,000 rows while 2 search.
+  local pids=() k
+  for k in 0 1 2; do
+    ( set -e
+      for lo in $(seq $((6001 + k * 100)) 300 8999); do
+        sql -c "INSERT INTO ca SELECT id, v FROM fm_src WHERE id BETWEEN $lo AND $((lo + 99))"
+      done ) >"$DIR/cache-ins-$k.log" 2>&1 &
+    pids+=($!)
+  done
+  touch "$DIR/cache-inserting"
+  local searchers=() s
+  for s in 1 2; do
+    ( set -e; n=0
+      while [ -f "$DIR/cache-inserting" ]; do
+        got=$(sql -c "SET enable_seqscan = off; SELECT count(*) FROM (SELECT id FROM ca ORDER BY v <-> (SELECT v FROM fm_q WHERE id = $((n % 100))) LIMIT 10) s" | tail -1)
+        [ "$got" = 10 ] || { echo "search returned $got rows"; exit 1; }
+        n=$((n + 1))
+      done ) >"$DIR/cache-search-$s.log" 2>&1 &
+    searchers+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p" || { rm -f "$DIR/cache-inserting"; fail cache "an inserting session failed: $(cat "$DIR"/cache-ins-*.log | grep -m1 ERROR)"; return; }; done
+  rm -f "$DIR/cache-inserting"
+  for p in "${searchers[@]}"; do wait "$p" || { fail cache "a searching session failed: $(cat "$DIR"/cache-search-*.log | tail -1)"; return; }; done
+  local stats; stats=$(val "SELECT string_agg(name || '=' || value, ' ' ORDER BY name) FROM navis_cache_stats
+      WHERE name IN ('search_hit_rate', 'insert_hit_rate', 'promoted', 'dropped', 'refreshed', 'frozen_frames', 'admit_skipped')")
+  local insert_hits dropped
+  insert_hits=$(( $(cache_stat insert_hits_frozen) + $(cache_stat insert_hits_window) ))
+  dropped=$(cache_stat dropped)
+  [ "$insert_hits" -gt 0 ] && [ "$(cache_stat promoted)" -gt 0 ] || { fail cache "inserts did not hit or promote: $stats"; return; }
+  [ "$dropped" -gt 0 ] || { fail cache "no vacated page was dropped: $stats"; return; }
+  local verify; verify=$(val "SELECT clean FROM navis_verify('ca_v')")
+  [ "$verify" = t ] || { fail cache "navis_verify: $verify"; return; }
+  local on; on=$(top10_of ca)
+  # The entrance graph is one shared copy: a session that did not insert sees every promotion,
+  # and after a restart it is rebuilt from the side files with the same members.
+  local ent_ins; ent_ins=$(val "SELECT entrance_vertices FROM navis_index_stats('ca_v')")
+  [ "$ent_ins" -gt "$ent_build" ] || { fail cache "entrance graph did not grow: $ent_build -> $ent_ins"; return; }
+  restart_with "navis.cache_size = '2MB'" "navis.cache_policy = 'off'"
+  local ent_restart; ent_restart=$(val "SELECT entrance_vertices FROM navis_index_stats('ca_v')")
+  [ "$ent_restart" = "$ent_ins" ] || { fail cache "entrance graph after restart: $ent_restart members, before $ent_ins"; return; }
+  local off; off=$(top10_of ca)
+  local off_hits; off_hits=$(( $(cache_stat search_hits_frozen) + $(cache_stat search_hits_window) ))
+  [ "$(cache_stat policy)|$off_hits" = "off|0" ] && [ "$(cache_stat search_misses)" -gt 0 ] ||
+    { fail cache "policy off: $(cache_stat policy), $off_hits hits"; return; }
+  restart_with "navis.cache_size = '2MB'" "navis.cache_policy = 'lru'"
+  local lru; lru=$(top10_of ca); lru=$(top10_of ca)
+  local lru_stats="lru search hit rate $(cache_stat search_hit_rate), frozen frames $(cache_stat frozen_frames)"
+  restart_with
+  [ "$on" = "$off" ] || { fail cache "results with the cache differ from cache off"; return; }
+  [ "$lru" = "$off" ] || { fail cache "results with LRU differ from cache off"; return; }
+  [ "$(cache_stat frames)" -gt "$frames" ] || { fail cache "settings not restored"; return; }
+  echo "ok       cache_shared_across_backends ($frames frames for $pages edge pages; second session's first 50 searches: $second pages from the cache; after 3 inserting + 2 searching sessions: $stats; results identical with the cache on, off and LRU ($lru_stats); shared entrance graph $ent_build -> $ent_ins members, $ent_restart after restart)"
+}
+
 # A crash while 4 sessions insert: after restart the first backend rebuilds the allocator
 # state, every committed row is found, and navis_verify is clean after VACUUM.
 test_crash_during_inserts() {

@@ -26,6 +26,34 @@ pub static CASR_ENABLED: GucSetting<bool> = GucSetting::<bool>::new(true);
 /// `navis.max_scan_tuples`: bound on rows an ordered scan may produce when the executor keeps
 /// asking for more (LIMIT above the list, or a selective WHERE), like `hnsw.max_scan_tuples`.
 pub static MAX_SCAN_TUPLES: GucSetting<i32> = GucSetting::<i32>::new(20_000);
+/// NAVIS-Cache size in MB (postmaster). 0 turns the cache off.
+pub static CACHE_SIZE_MB: GucSetting<i32> = GucSetting::<i32>::new(64);
+pub static CACHE_POLICY: GucSetting<CachePolicy> =
+    GucSetting::<CachePolicy>::new(CachePolicy::Navis);
+pub static CACHE_FROZEN_EVICTION: GucSetting<FrozenEvictionSetting> =
+    GucSetting::<FrozenEvictionSetting>::new(FrozenEvictionSetting::Fifo);
+pub static CACHE_SEARCH_PROMOTE_HITS: GucSetting<i32> =
+    GucSetting::<i32>::new(navis_engine::cache::DEFAULT_SEARCH_PROMOTE_HITS as i32);
+
+/// `navis.cache_policy`.
+#[derive(pgrx::PostgresGucEnum, Clone, Copy, PartialEq, Eq, Debug)]
+pub enum CachePolicy {
+    #[name = c"navis"]
+    Navis,
+    #[name = c"lru"]
+    Lru,
+    #[name = c"off"]
+    Off,
+}
+
+/// `navis.cache_frozen_eviction`.
+#[derive(pgrx::PostgresGucEnum, Clone, Copy, PartialEq, Eq, Debug)]
+pub enum FrozenEvictionSetting {
+    #[name = c"fifo"]
+    Fifo,
+    #[name = c"random"]
+    Random,
+}
 
 /// Registers every setting. Called once from `_PG_init`.
 pub fn register() {
@@ -107,7 +135,59 @@ pub fn register() {
     // Unknown navis.* names (typos such as navis.serch_list) become errors instead of
     // silently creating placeholder settings.
     // SAFETY: called from _PG_init with a NUL-terminated static string.
+    // Postmaster-level settings can only be defined while shared_preload_libraries is being
+    // processed (as pg_stat_statements does); without preloading there is no cache anyway.
+    // SAFETY: reading a PostgreSQL global flag in _PG_init.
+    if unsafe { pgrx::pg_sys::process_shared_preload_libraries_in_progress } {
+        register_cache();
+    }
     unsafe { pgrx::pg_sys::MarkGUCPrefixReserved(c"navis".as_ptr()) };
+}
+
+/// The edge-page cache lives in postmaster shared memory, so its settings can only change
+/// with a restart.
+fn register_cache() {
+    GucRegistry::define_int_guc(
+        c"navis.cache_size",
+        c"Shared memory for NAVIS-Cache, the edge-page cache shared by all navis indexes.",
+        c"navis reads its side files with O_DIRECT, so edge pages not in this cache cost a device \
+          read. 0 disables the cache. Needs navis in shared_preload_libraries; takes effect at \
+          server start.",
+        &CACHE_SIZE_MB,
+        0,
+        i32::MAX / 2,
+        GucContext::Postmaster,
+        GucFlags::UNIT_MB,
+    );
+    GucRegistry::define_enum_guc(
+        c"navis.cache_policy",
+        c"Replacement policy of NAVIS-Cache: navis, lru or off.",
+        c"navis keeps a 10% admission window and a mostly-frozen region that pages enter after \
+          repeated use by inserts (2 accesses) or searches (navis.cache_search_promote_hits); lru \
+          is plain recency over the same memory, off caches nothing (for comparisons).",
+        &CACHE_POLICY,
+        GucContext::Postmaster,
+        GucFlags::default(),
+    );
+    GucRegistry::define_enum_guc(
+        c"navis.cache_frozen_eviction",
+        c"How NAVIS-Cache's frozen region makes room: fifo (earliest promoted) or random.",
+        c"fifo is the NAVIS release's rule, random the NAVIS paper's.",
+        &CACHE_FROZEN_EVICTION,
+        GucContext::Postmaster,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"navis.cache_search_promote_hits",
+        c"Accesses by user searches that promote a page into NAVIS-Cache's frozen region.",
+        c"Inserts promote after 2 accesses; searches need more so that one-off query traffic \
+          cannot churn the frozen region.",
+        &CACHE_SEARCH_PROMOTE_HITS,
+        1,
+        1_000_000,
+        GucContext::Postmaster,
+        GucFlags::default(),
+    );
 }
 
 fn int(

@@ -8,6 +8,7 @@ use pgrx::prelude::*;
 
 mod am;
 mod build;
+mod cache;
 mod datum;
 mod errors;
 mod guc;

@@ -155,6 +155,15 @@ fn reopen(
         Some(_) => {}
     }
     let opened = Index::open(&dir).unwrap_or_else(|e| missing(index, e.to_string()));
+    // Edge pages go through the shared NAVIS-Cache, keyed by this build.
+    if let Some(cache) = crate::cache::shared_cache() {
+        opened
+            .files()
+            .attach_cache(navis_engine::cache::CacheBinding {
+                cache,
+                tag: build_id,
+            });
+    }
     let lock_key = key.0 as u64 ^ (key.1 as u64).rotate_left(21) ^ (key.2 as u64).rotate_left(42);
     // The first backend to open the index in this lifetime of shared memory rebuilds the
     // allocator state from the indirection table (a crash may have cut an insert short).

@@ -1,8 +1,7 @@
 //! Postmaster shared memory for navis.
 //!
 //! navis keeps cross-backend state (lock stripes for edge-list writers, allocator locks, the
-//! shared-memory epoch; the edge-page cache and entrance graphs in later stages) in shared
-//! memory, which
+//! shared-memory epoch, and NAVIS-Cache, see `cache.rs`) in shared memory, which
 //! PostgreSQL only hands out to libraries loaded through `shared_preload_libraries`. When the
 //! library was loaded later (first use in a backend), features that need the shared state
 //! raise an ERROR that says which line to add to postgresql.conf; everything else (the
@@ -75,6 +74,7 @@ unsafe extern "C-unwind" fn on_shmem_request() {
             prev();
         }
         pg_sys::RequestAddinShmemSpace(std::mem::size_of::<NavisShared>());
+        pg_sys::RequestAddinShmemSpace(crate::cache::region_bytes());
         pg_sys::RequestNamedLWLockTranche(LOCK_TRANCHE.as_ptr(), VERTEX_LOCK_STRIPES as i32);
         pg_sys::RequestNamedLWLockTranche(ALLOCATOR_TRANCHE.as_ptr(), ALLOCATOR_LOCKS as i32);
     }
@@ -107,6 +107,8 @@ unsafe extern "C-unwind" fn on_shmem_startup() {
                 epoch: new_epoch(),
             });
         }
+        // The edge-page cache (its own named block, sized by navis.cache_size).
+        crate::cache::init_shared();
         pg_sys::LWLockRelease(init_lock);
         SHARED.store(shared, Ordering::Release);
     }

@@ -71,6 +71,9 @@ fn navis_index_stats(
         name!(scans, i64),
         name!(hops, i64),
         name!(edge_pages_read, i64),
+        name!(edge_page_cache_hits, i64),
+        name!(cached_frozen_pages, i64),
+        name!(cached_window_pages, i64),
         name!(rerank_vector_loads, i64),
         name!(bytes_read, i64),
         name!(resumes, i64),
@@ -84,6 +87,9 @@ fn navis_index_stats(
         let cal = open.calibrator.lock().unwrap();
         let c = *open.counters.lock().unwrap();
         let scans = *open.scans.lock().unwrap();
+        let resident = files
+            .page_cache()
+            .map_or((0, 0), |b| b.cache.resident(b.tag));
         (
             open.index.live_len() as i64,
             open.index.deleted_len() as i64,
@@ -105,6 +111,9 @@ fn navis_index_stats(
             scans as i64,
             c.hops as i64,
             c.edge_pages_read as i64,
+            c.edge_page_cache_hits as i64,
+            resident.0 as i64,
+            resident.1 as i64,
             c.rerank_vector_loads as i64,
             c.bytes_read as i64,
             c.resumes as i64,

@@ -6,6 +6,7 @@
 //! navis-bench search --index DIR --queries Q.fbin --gt GT.bin [--k 10] [--lists 20,40,80,160]
 //!                    [--casr auto|off|W] [--casr-percentile 99] [--warmup N] [--packed] [--no-entrance] [--colocated]
 //!                    [--threads N] [--limit-queries N]
+//!                    [--cache-mb N [--cache-policy navis|lru|off] [--cache-search-promote N]]
 //! navis-bench casr-sweep --index DIR --queries Q.fbin --gt GT.bin [--k 10] [--lists 40,80,160]
 //!                        [--percentiles 100,99,95,90,80] [--floors 0,15,20] [--warmup 1000]
 //!                        [--limit-queries N]
@@ -18,6 +19,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use navis_engine::cache::{CacheBinding, CacheConfig, CacheStats, PageCache, Policy};
 use navis_engine::casr::{
     self, max_safe_pq_ratio, min_safe_window_with_floor, percentile, ratio_percentile, rerank_rule,
     Rerank, StopRule, WindowCalibrator,
@@ -217,6 +219,8 @@ struct Row {
     p99_us: f64,
     c: SearchCounters,
     window: Option<usize>,
+    /// Edge-page cache counters of this row's queries, when a cache is attached.
+    cache: Option<CacheStats>,
 }
 
 fn cmd_search(a: &Args) -> Result<()> {
@@ -257,6 +261,7 @@ fn cmd_search(a: &Args) -> Result<()> {
     let casr_percentile: f64 = a.num("casr-percentile", casr::SEARCH_PERCENTILE)?;
     let threads: usize = a.num("threads", 1)?;
     let index = Index::open(&dir).map_err(|e| e.to_string())?;
+    let cache = attach_cache(a, &index)?;
     let nq = queries.data.len() / queries.dim;
     if queries.dim != index.dim() {
         return Err(format!(
@@ -285,6 +290,16 @@ fn cmd_search(a: &Args) -> Result<()> {
         if base.use_entrance { "" } else { "; no entrance graph" },
         if base.colocated { "; co-located lists used" } else { "" },
     );
+    if let Some(c) = &cache {
+        println!(
+            "edge-page cache: {} frames ({} MiB) for {} edge pages, policy {}, frozen capacity {}\n",
+            c.frames(),
+            c.frames() * 4096 >> 20,
+            index.files().state().get(navis_engine::storage::state::Field::EdgePages),
+            c.policy().name(),
+            c.frozen_capacity()
+        );
+    }
     let mut rows = Vec::new();
     for &list in &lists {
         // Each list calibrates its own window (warm-up queries rerank everything and are
@@ -305,6 +320,7 @@ fn cmd_search(a: &Args) -> Result<()> {
                 println!("L={list}: CASR not calibrated after {cap} warm-up queries; reranking everything");
             }
         }
+        let cache_before = cache.as_ref().map(|c| c.stats());
         rows.push(run_queries(
             &index,
             &queries.data,
@@ -314,7 +330,11 @@ fn cmd_search(a: &Args) -> Result<()> {
             casr,
             threads,
         )?);
-        rows.last_mut().unwrap().window = index.search_window();
+        let row = rows.last_mut().unwrap();
+        row.window = index.search_window();
+        if let (Some(c), Some(before)) = (&cache, cache_before) {
+            row.cache = Some(c.stats().since(&before));
+        }
     }
     println!("| L | recall@{k} | QPS | p50 µs | p99 µs | hops | edge pages/q | vector loads/q | CASR w | loads/rerank | explored | loads/explored | bytes/q | PQ dists/q |");
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
@@ -343,7 +363,49 @@ fn cmd_search(a: &Args) -> Result<()> {
             c.per_query(c.pq_distances),
         );
     }
+    if cache.is_some() {
+        println!("\n| L | cache hit rate | frozen hits | window hits | edge-page device reads/q | promoted | frozen evictions |");
+        println!("|---|---|---|---|---|---|---|");
+        for r in &rows {
+            let s = r.cache.unwrap_or_default();
+            println!(
+                "| {} | {:.3} | {} | {} | {:.1} | {} | {} |",
+                r.list,
+                s.search_hit_rate(),
+                s.search_hits_frozen,
+                s.search_hits_window,
+                r.c.per_query(r.c.edge_page_device_reads()),
+                s.promoted,
+                s.frozen_evictions
+            );
+        }
+    }
     Ok(())
+}
+
+/// `--cache-mb N`: an edge-page cache of N MiB for this run, `--cache-policy`,
+/// `--cache-search-promote` as the navis.cache_* settings.
+fn attach_cache(a: &Args, index: &Index) -> Result<Option<std::sync::Arc<PageCache>>> {
+    let Some(mb) = a.values.get("cache-mb") else {
+        return Ok(None);
+    };
+    let mb: usize = mb
+        .parse()
+        .map_err(|_| format!("--cache-mb: not a number: {mb:?}"))?;
+    let policy = a.values.get("cache-policy").map_or("navis", String::as_str);
+    let policy = Policy::parse(policy)
+        .ok_or(format!("--cache-policy: navis, lru or off, got {policy:?}"))?;
+    let mut config = CacheConfig {
+        policy,
+        ..CacheConfig::navis(PageCache::frames_for_bytes(mb << 20).max(1))
+    };
+    config.search_promote_hits = a.num("cache-search-promote", config.search_promote_hits)?;
+    let cache = std::sync::Arc::new(PageCache::new(config).map_err(|e| e.to_string())?);
+    index.files().attach_cache(CacheBinding {
+        cache: cache.clone(),
+        tag: 1,
+    });
+    Ok(Some(cache))
 }
 
 fn run_queries(
@@ -415,6 +477,7 @@ fn run_queries(
         p99_us: pct(0.99),
         c: total,
         window: None,
+        cache: None,
     })
 }
 

@@ -1,0 +1,37 @@
+-- NAVIS-Cache (the shared edge-page cache) as one session sees it: its settings, the
+-- navis_cache_stats view, and an index's reads going through it. Several sessions sharing
+-- it, inserts writing through it, and results identical with the cache off and with LRU are
+-- tested in pg_test/run_cluster_tests.sh (test_cache_shared_across_backends).
+CREATE EXTENSION navis;
+-- the defaults: 64 MB, the NAVIS policy, earliest-promoted frozen eviction
+SHOW navis.cache_size;
+SELECT name, value FROM navis_cache_stats
+  WHERE name IN ('enabled', 'policy', 'frozen_eviction', 'search_promote_hits', 'frames',
+                 'frozen_capacity')
+  ORDER BY name;
+-- postmaster settings: a session cannot change them
+SET navis.cache_size = '1MB';
+SET navis.cache_policy = 'lru';
+-- a value that is not a policy is refused with the list of policies
+ALTER SYSTEM SET navis.cache_policy = 'clock';
+CREATE TABLE c (id int PRIMARY KEY, v real[]);
+CREATE FUNCTION vec(i int) RETURNS real[] LANGUAGE sql IMMUTABLE AS
+  $$ SELECT array_agg(sin(i * (0.1 + k * 0.37) + k)::real ORDER BY k) FROM generate_series(0, 15) k $$;
+INSERT INTO c SELECT i, vec(i) FROM generate_series(1, 3000) i;
+CREATE INDEX c_v ON c USING navis (v) WITH (max_degree = 16, build_list = 32);
+SET enable_seqscan = off;
+-- the same 20 searches twice: the second round reads every page from the cache
+SELECT count(*) FROM generate_series(1, 20) g, LATERAL (SELECT id FROM c ORDER BY v <-> vec(g * 97) LIMIT 10) s;
+CREATE TABLE first_round AS
+  SELECT edge_pages_read AS pages, edge_page_cache_hits AS hits FROM navis_index_stats('c_v');
+SELECT count(*) FROM generate_series(1, 20) g, LATERAL (SELECT id FROM c ORDER BY v <-> vec(g * 97) LIMIT 10) s;
+SELECT s.edge_pages_read = 2 * f.pages AS same_pages,
+       s.edge_page_cache_hits - f.hits = f.pages AS second_round_all_hits,
+       s.cached_frozen_pages + s.cached_window_pages > 0 AS resident
+  FROM navis_index_stats('c_v') s, first_round f;
+SELECT (SELECT value::bigint FROM navis_cache_stats WHERE name = 'admitted') > 0 AS admitted,
+       (SELECT value::bigint FROM navis_cache_stats WHERE name = 'search_hits_window')
+     + (SELECT value::bigint FROM navis_cache_stats WHERE name = 'search_hits_frozen') > 0 AS search_hits,
+       (SELECT value::float8 FROM navis_cache_stats WHERE name = 'search_hit_rate') > 0 AS hit_rate;
+-- the view and the function agree, and the function works without the view
+SELECT count(*) = (SELECT count(*) FROM navis_cache_stats()) AS same_rows FROM navis_cache_stats;
