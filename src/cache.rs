@@ -41,6 +41,7 @@ fn configured() -> Option<CacheConfig> {
         frozen_eviction: match guc::CACHE_FROZEN_EVICTION.get() {
             guc::FrozenEvictionSetting::Fifo => FrozenEviction::Fifo,
             guc::FrozenEvictionSetting::Random => FrozenEviction::Random,
+            guc::FrozenEvictionSetting::Clock => FrozenEviction::Clock,
         },
         search_promote_hits: guc::CACHE_SEARCH_PROMOTE_HITS.get().max(1) as u32,
         ..CacheConfig::navis(frames)

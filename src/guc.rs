@@ -53,6 +53,8 @@ pub enum FrozenEvictionSetting {
     Fifo,
     #[name = c"random"]
     Random,
+    #[name = c"clock"]
+    Clock,
 }
 
 /// Registers every setting. Called once from `_PG_init`.
@@ -171,8 +173,9 @@ fn register_cache() {
     );
     GucRegistry::define_enum_guc(
         c"navis.cache_frozen_eviction",
-        c"How NAVIS-Cache's frozen region makes room: fifo (earliest promoted) or random.",
-        c"fifo is the NAVIS release's rule, random the NAVIS paper's.",
+        c"How NAVIS-Cache's frozen region makes room: fifo (earliest promoted), random or clock.",
+        c"fifo is the NAVIS release's rule, random the NAVIS paper's; clock is fifo that passes over \
+          pages hit since they were last considered (second chance).",
         &CACHE_FROZEN_EVICTION,
         GucContext::Postmaster,
         GucFlags::default(),

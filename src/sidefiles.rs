@@ -281,6 +281,11 @@ pub fn drop_at_commit(dir: &Path) {
 
 fn remove_dir(dir: &Path) {
     crate::scan::evict_dir(dir);
+    // The build's pages would otherwise sit in NAVIS-Cache until evicted (the frozen region
+    // evicts slowly by design).
+    if let (Some(build), Some(cache)) = (read_build_file(dir), crate::cache::shared_cache()) {
+        cache.purge(build.build_id);
+    }
     match fs::remove_dir_all(dir) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}

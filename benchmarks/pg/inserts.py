@@ -40,6 +40,7 @@ Wall times on shared machines are noisy; the per-insert counters are determinist
 
 import argparse
 import json
+import sys
 import threading
 import time
 
@@ -72,6 +73,19 @@ class Progress:
     def snapshot(self):
         with self.lock:
             return self.inserted, self.searches, self.deleted
+
+
+def cache_counters(conn):
+    """NAVIS-Cache's integer counters (navis_cache_stats), {} when it has none."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT name, value FROM navis_cache_stats")
+        return {k: int(v) for k, v in cur.fetchall() if v.isdigit()}
+
+
+def hit_rate(d, caller):
+    hits = d.get(f"{caller}_hits_frozen", 0) + d.get(f"{caller}_hits_window", 0)
+    lookups = hits + d.get(f"{caller}_misses", 0)
+    return hits / lookups if lookups else None
 
 
 def search_settings(args):
@@ -181,6 +195,9 @@ def main():
     p.add_argument("--recall-every", type=int, default=1,
                    help="measure recall after every N-th batch (0: only at the end)")
     p.add_argument("--sample-interval", type=float, default=0.5)
+    p.add_argument("--reuse", action="store_true",
+                   help="keep the table and index an earlier run with --insert 0 left (BASE rows): "
+                        "for regime b, build outside the memory limit, restart the server inside it")
     p.add_argument("--json")
     args = resolve_system_args(p.parse_args())
     navis = args.system == "navis"
@@ -194,10 +211,16 @@ def main():
     conn = connect(args)
     setup_system(conn, args)
     memory = server_memory(conn)
-    load(conn, table, base[:args.base], coltype=args.coltype)
-    if args.window:
-        conn.execute(f"CREATE INDEX {table}_id ON {table} (id)")
-    built = build_index(conn, table, index, args)
+    if args.reuse:
+        rows = conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+        if rows != args.base:
+            sys.exit(f"--reuse: {table} has {rows} rows, not --base {args.base}")
+        built = {"sql": f"(reused {index})", "build_s": 0.0, "reused": True}
+    else:
+        load(conn, table, base[:args.base], coltype=args.coltype)
+        if args.window:
+            conn.execute(f"CREATE INDEX {table}_id ON {table} (id)")
+        built = build_index(conn, table, index, args)
     with conn.cursor() as cur:
         for s in search_settings(args):
             cur.execute(s)
@@ -236,6 +259,7 @@ def main():
         for b in range(args.insert // args.batch):
             ids = np.arange(next_id, next_id + args.batch)
             before = counters(conn, index) if navis else None
+            c_before = cache_counters(conn) if navis else {}
             stop, done = threading.Event(), []
             searchers = [threading.Thread(target=search_loop,
                                           args=(args, table, enc, stop, done, progress))
@@ -284,6 +308,14 @@ def main():
                            pages_in_place=d["insert_pages_in_place"] / n,
                            vectors_loaded=d["insert_vectors_loaded"] / n,
                            lists_written=d["edge_lists_written"] / n)
+                # NAVIS-Cache: edge pages that needed a device read (misses), per insert and
+                # per search query of this batch
+                c_after = cache_counters(conn)
+                dc = {k: c_after.get(k, 0) - c_before.get(k, 0) for k in c_after}
+                row.update(edge_device_reads_per_insert=dc.get("insert_misses", 0) / n,
+                           edge_device_reads_per_query=dc.get("search_misses", 0) / max(len(lat), 1),
+                           cache_search_hit_rate=hit_rate(dc, "search"),
+                           cache_insert_hit_rate=hit_rate(dc, "insert"))
             next_id += args.batch
             if args.recall_every and (b + 1) % args.recall_every == 0:
                 row["recall"] = recall(conn, args, table, base, oldest, next_id, queries, enc)
@@ -324,7 +356,9 @@ def main():
         return sum(vals) / len(vals) if vals else None
 
     averages = {k: mean(k) for k in ("rows_per_s", "search_qps", "search_p50_ms", "search_p99_ms",
-                                     "recall", "pages_read", "pages_written", "lists_written")}
+                                     "recall", "pages_read", "pages_written", "lists_written",
+                                     "edge_device_reads_per_insert", "edge_device_reads_per_query",
+                                     "cache_search_hit_rate", "cache_insert_hit_rate")}
     print()
     print(f"averages over {len(batches)} batches: {averages['rows_per_s'] or 0:.0f} rows/s, "
           f"{averages['search_qps'] or 0:.0f} search q/s, P50 {averages['search_p50_ms'] or 0:.2f} ms, "

@@ -35,3 +35,13 @@ SELECT (SELECT value::bigint FROM navis_cache_stats WHERE name = 'admitted') > 0
        (SELECT value::float8 FROM navis_cache_stats WHERE name = 'search_hit_rate') > 0 AS hit_rate;
 -- the view and the function agree, and the function works without the view
 SELECT count(*) = (SELECT count(*) FROM navis_cache_stats()) AS same_rows FROM navis_cache_stats;
+-- dropping an index frees its frames at commit
+CREATE TABLE before_drop AS
+  SELECT (SELECT sum(value::bigint) FROM navis_cache_stats
+           WHERE name IN ('frozen_frames', 'window_frames')) AS cached,
+         (SELECT cached_frozen_pages + cached_window_pages FROM navis_index_stats('c_v')) AS mine;
+SELECT mine > 0 AS had_pages FROM before_drop;
+DROP TABLE c;
+SELECT (SELECT sum(value::bigint) FROM navis_cache_stats
+         WHERE name IN ('frozen_frames', 'window_frames')) = cached - mine AS purged
+  FROM before_drop;

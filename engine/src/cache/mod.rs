@@ -39,6 +39,7 @@
 
 mod region;
 mod spin;
+pub mod trace;
 
 use crate::storage::PAGE_SIZE;
 use region::{FrameMeta, Header, Layout, MapSlot, Partition, MAGIC, NO_FRAME, STATS, VERSION};
@@ -101,6 +102,9 @@ pub enum FrozenEviction {
     Fifo,
     /// A random frozen page (NAVIS paper).
     Random,
+    /// The earliest-promoted page not hit since it was last passed over (second chance): a
+    /// frozen page still in use goes to the back of the queue.
+    Clock,
 }
 
 impl FrozenEviction {
@@ -108,6 +112,7 @@ impl FrozenEviction {
         match self {
             FrozenEviction::Fifo => "fifo",
             FrozenEviction::Random => "random",
+            FrozenEviction::Clock => "clock",
         }
     }
 
@@ -115,6 +120,7 @@ impl FrozenEviction {
         match s {
             "fifo" => Some(FrozenEviction::Fifo),
             "random" => Some(FrozenEviction::Random),
+            "clock" => Some(FrozenEviction::Clock),
             _ => None,
         }
     }
@@ -216,7 +222,12 @@ enum Stat {
     InsertHitWindow,
     InsertMiss,
     Admitted,
+    /// No frame or map slot could be had.
     AdmitSkipped,
+    /// A write-through or drop of the partition happened during the read.
+    AdmitRaced,
+    /// Another reader had already placed the page.
+    AdmitDuplicate,
     Promoted,
     WindowEvicted,
     FrozenEvicted,
@@ -238,6 +249,10 @@ pub struct CacheStats {
     /// Pages read from disk and not placed: a write or drop raced with the read, another
     /// reader placed it first, or its partition's map was full.
     pub admit_skipped: u64,
+    /// Of `admit_skipped`: a write or drop of the page's partition raced with the read ...
+    pub admit_raced: u64,
+    /// ... or another reader had placed the page first.
+    pub admit_duplicate: u64,
     pub promoted: u64,
     pub window_evictions: u64,
     pub frozen_evictions: u64,
@@ -301,6 +316,8 @@ impl CacheStats {
             insert_misses: self.insert_misses - earlier.insert_misses,
             admitted: self.admitted - earlier.admitted,
             admit_skipped: self.admit_skipped - earlier.admit_skipped,
+            admit_raced: self.admit_raced - earlier.admit_raced,
+            admit_duplicate: self.admit_duplicate - earlier.admit_duplicate,
             promoted: self.promoted - earlier.promoted,
             window_evictions: self.window_evictions - earlier.window_evictions,
             frozen_evictions: self.frozen_evictions - earlier.frozen_evictions,
@@ -325,6 +342,8 @@ impl CacheStats {
             ("insert_misses", self.insert_misses),
             ("admitted", self.admitted),
             ("admit_skipped", self.admit_skipped),
+            ("admit_raced", self.admit_raced),
+            ("admit_duplicate", self.admit_duplicate),
             ("promoted", self.promoted),
             ("window_evictions", self.window_evictions),
             ("frozen_evictions", self.frozen_evictions),
@@ -543,7 +562,11 @@ impl PageCache {
         h.search_promote_hits
             .store(config.search_promote_hits, Ordering::Relaxed);
         h.frozen_eviction.store(
-            (config.frozen_eviction == FrozenEviction::Random) as u32,
+            match config.frozen_eviction {
+                FrozenEviction::Fifo => 0,
+                FrozenEviction::Random => 1,
+                FrozenEviction::Clock => 2,
+            },
             Ordering::Relaxed,
         );
         h.replacement.init();
@@ -593,10 +616,10 @@ impl PageCache {
     }
 
     pub fn frozen_eviction(&self) -> FrozenEviction {
-        if self.header().frozen_eviction.load(Ordering::Relaxed) == 1 {
-            FrozenEviction::Random
-        } else {
-            FrozenEviction::Fifo
+        match self.header().frozen_eviction.load(Ordering::Relaxed) {
+            1 => FrozenEviction::Random,
+            2 => FrozenEviction::Clock,
+            _ => FrozenEviction::Fifo,
         }
     }
 
@@ -695,6 +718,7 @@ impl PageCache {
     /// on a miss. A hit in the window may promote the page.
     pub fn lookup(&self, key: PageKey, caller: Caller, out: &mut [u8]) -> bool {
         assert_eq!(out.len(), PAGE_SIZE, "cache lookups copy whole pages");
+        trace::record(key, trace::TraceKind::Lookup(caller));
         let (partition, start) = self.partition_of(key);
         let policy = self.policy();
         let mut promote = None;
@@ -772,10 +796,8 @@ impl PageCache {
         let _replacement = h.replacement.lock();
         {
             let _guard = part.lock.lock();
-            if part.epoch.load(Ordering::Relaxed) != ticket.0
-                || self.find(partition, start, key).is_some()
-            {
-                self.count(partition, Stat::AdmitSkipped);
+            if let Some(reason) = self.admit_refused(partition, start, key, ticket) {
+                self.count(partition, reason);
                 return;
             }
         }
@@ -795,15 +817,38 @@ impl PageCache {
             .store((caller == Caller::Search) as u32, Ordering::Relaxed);
         let _guard = part.lock.lock();
         // Re-checked: a refresh may have run while the frame was filled.
-        if part.epoch.load(Ordering::Relaxed) == ticket.0
-            && self.find(partition, start, key).is_none()
-            && self.map_insert(partition, start, key, frame)
-        {
-            meta.region.store(WINDOW, Ordering::Relaxed);
-            self.count(partition, Stat::Admitted);
+        let refused = self
+            .admit_refused(partition, start, key, ticket)
+            .or_else(|| {
+                (!self.map_insert(partition, start, key, frame)).then_some(Stat::AdmitSkipped)
+            });
+        match refused {
+            None => {
+                meta.region.store(WINDOW, Ordering::Relaxed);
+                self.count(partition, Stat::Admitted);
+            }
+            Some(reason) => {
+                self.release_frame(frame);
+                self.count(partition, reason);
+            }
+        }
+    }
+
+    /// Why `key` read after `ticket` may not be admitted now, if it may not (partition lock
+    /// held).
+    fn admit_refused(
+        &self,
+        partition: usize,
+        start: usize,
+        key: PageKey,
+        ticket: Ticket,
+    ) -> Option<Stat> {
+        if self.partitions()[partition].epoch.load(Ordering::Relaxed) != ticket.0 {
+            Some(Stat::AdmitRaced)
+        } else if self.find(partition, start, key).is_some() {
+            Some(Stat::AdmitDuplicate)
         } else {
-            self.release_frame(frame);
-            self.count(partition, Stat::AdmitSkipped);
+            None
         }
     }
 
@@ -812,6 +857,7 @@ impl PageCache {
     /// that started before this call unable to admit their (possibly older) bytes.
     pub fn refresh(&self, key: PageKey, data: &[u8]) {
         assert_eq!(data.len(), PAGE_SIZE, "the cache holds whole pages");
+        trace::record(key, trace::TraceKind::Write);
         let (partition, start) = self.partition_of(key);
         let part = &self.partitions()[partition];
         let _guard = part.lock.lock();
@@ -825,6 +871,7 @@ impl PageCache {
     /// The allocator's hint: every slot of page `key` became invalid (it went to the free
     /// list). Frees its frame if it is cached.
     pub fn drop_page(&self, key: PageKey) {
+        trace::record(key, trace::TraceKind::Drop);
         let (partition, start) = self.partition_of(key);
         let part = &self.partitions()[partition];
         {
@@ -949,7 +996,7 @@ impl PageCache {
             }
         }
         if victim.is_none() {
-            victim = self.pop_fifo();
+            victim = self.pop_fifo(self.frozen_eviction() == FrozenEviction::Clock);
         }
         let frame = victim?;
         self.unmap(frame);
@@ -963,10 +1010,12 @@ impl PageCache {
 
     /// The earliest-promoted frame still frozen under the same promotion (stale FIFO entries
     /// of frames that left the region are skipped).
-    fn pop_fifo(&self) -> Option<u32> {
+    fn pop_fifo(&self, second_chance: bool) -> Option<u32> {
         let h = self.header();
         let fifo = self.fifo();
         let n = fifo.len() as u32;
+        // With second chance, each live entry may be passed over once per call.
+        let mut passes = h.fifo_len.load(Ordering::Relaxed);
         while h.fifo_len.load(Ordering::Relaxed) > 0 {
             let head = h.fifo_head.load(Ordering::Relaxed);
             let entry = fifo[head as usize].load(Ordering::Relaxed);
@@ -977,6 +1026,11 @@ impl PageCache {
             if meta.region.load(Ordering::Relaxed) == FROZEN
                 && meta.seq.load(Ordering::Relaxed) == seq
             {
+                if second_chance && passes > 0 && meta.referenced.swap(0, Ordering::Relaxed) == 1 {
+                    passes -= 1;
+                    self.push_fifo(frame, seq);
+                    continue;
+                }
                 return Some(frame);
             }
         }
@@ -1053,6 +1107,23 @@ impl PageCache {
         self.count(partition, Stat::Promoted);
     }
 
+    /// Frees every frame holding a page of `tag` (an index build that was dropped). Returns
+    /// how many. Takes the replacement lock for one pass over the frames.
+    pub fn purge(&self, tag: u64) -> usize {
+        let _replacement = self.header().replacement.lock();
+        let mut freed = 0;
+        for (frame, meta) in self.metas().iter().enumerate() {
+            if meta.region.load(Ordering::Relaxed) != FREE
+                && meta.tag.load(Ordering::Relaxed) == tag
+            {
+                self.unmap(frame as u32);
+                self.release_frame(frame as u32);
+                freed += 1;
+            }
+        }
+        freed
+    }
+
     /// Counters summed over the partitions, and the current frame counts.
     pub fn stats(&self) -> CacheStats {
         let mut sums = [0u64; STATS];
@@ -1074,7 +1145,9 @@ impl PageCache {
             insert_hits_window: s(Stat::InsertHitWindow),
             insert_misses: s(Stat::InsertMiss),
             admitted: s(Stat::Admitted),
-            admit_skipped: s(Stat::AdmitSkipped),
+            admit_skipped: s(Stat::AdmitSkipped) + s(Stat::AdmitRaced) + s(Stat::AdmitDuplicate),
+            admit_raced: s(Stat::AdmitRaced),
+            admit_duplicate: s(Stat::AdmitDuplicate),
             promoted: s(Stat::Promoted),
             window_evictions: s(Stat::WindowEvicted),
             frozen_evictions: s(Stat::FrozenEvicted),

@@ -20,11 +20,11 @@ use crate::storage::PAGE_SIZE;
 use std::sync::atomic::{AtomicU32, AtomicU64};
 
 pub(super) const MAGIC: u64 = 0x4e41_5649_5343_4143; // "NAVISCAC"
-pub(super) const VERSION: u32 = 1;
+pub(super) const VERSION: u32 = 2;
 /// A map slot or stack entry that holds no frame.
 pub(super) const NO_FRAME: u32 = u32::MAX;
 /// Statistics counters kept per partition (see `Stat`).
-pub(super) const STATS: usize = 13;
+pub(super) const STATS: usize = 15;
 
 #[repr(C)]
 pub(super) struct Header {

@@ -113,6 +113,32 @@ fn frozen_region_evicts_the_earliest_promoted() {
 }
 
 #[test]
+fn clock_frozen_eviction_spares_pages_hit_since_promotion() {
+    let cache = PageCache::new(CacheConfig {
+        frozen_eviction: FrozenEviction::Clock,
+        ..CacheConfig::navis(10)
+    })
+    .unwrap();
+    for p in 0..9 {
+        read_through(&cache, p, 0, Caller::Insert);
+        read_through(&cache, p, 0, Caller::Insert);
+    }
+    // Promotion left the reference bits set: clear them by one eviction round, then hit
+    // page 1 (the second promoted) again.
+    read_through(&cache, 100, 0, Caller::Insert);
+    read_through(&cache, 100, 0, Caller::Insert);
+    assert!(read_through(&cache, 1, 0, Caller::Search));
+    read_through(&cache, 101, 0, Caller::Insert);
+    read_through(&cache, 101, 0, Caller::Insert);
+    assert!(
+        read_through(&cache, 1, 0, Caller::Search),
+        "page 1 was hit: passed over"
+    );
+    assert_eq!(cache.stats().frozen_evictions, 2);
+    assert_eq!(cache.frozen_eviction(), FrozenEviction::Clock);
+}
+
+#[test]
 fn random_frozen_eviction_keeps_the_region_full() {
     let cache = PageCache::new(CacheConfig {
         frozen_eviction: FrozenEviction::Random,
@@ -199,6 +225,27 @@ fn refresh_overwrites_in_place_and_drop_frees() {
 }
 
 #[test]
+fn purge_frees_one_builds_frames_only() {
+    let cache = small(16, Policy::Navis);
+    for p in 0..5 {
+        read_through(&cache, p, 0, Caller::Insert);
+        read_through(&cache, p, 0, Caller::Insert); // some frozen
+    }
+    let other = PageKey { tag: 99, page: 1 };
+    let t = cache.ticket(other);
+    cache.admit(other, Caller::Search, &page_bytes(1, 0), t);
+    assert_eq!(cache.purge(TAG), 5);
+    let s = cache.stats();
+    assert_eq!(
+        (s.frozen_frames, s.window_frames, s.free_frames),
+        (0, 1, 15)
+    );
+    let mut out = vec![0u8; PAGE_SIZE];
+    assert!(cache.lookup(other, Caller::Search, &mut out));
+    assert!(!cache.lookup(key(0), Caller::Search, &mut out));
+}
+
+#[test]
 fn a_read_that_raced_with_a_write_is_not_admitted() {
     let cache = small(8, Policy::Navis);
     let ticket = cache.ticket(key(9));
@@ -207,7 +254,10 @@ fn a_read_that_raced_with_a_write_is_not_admitted() {
     cache.admit(key(9), Caller::Search, &page_bytes(9, 0), ticket);
     let mut out = vec![0u8; PAGE_SIZE];
     assert!(!cache.lookup(key(9), Caller::Search, &mut out));
-    assert_eq!(cache.stats().admit_skipped, 1);
+    assert_eq!(
+        (cache.stats().admit_skipped, cache.stats().admit_raced),
+        (1, 1)
+    );
     // Same for a drop (the page was freed while it was being read).
     let ticket = cache.ticket(key(9));
     cache.drop_page(key(9));

@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# navis against pgvector HNSW inside PostgreSQL, side by side, in one memory regime (issue 7):
+#
+#   benchmarks/pg/compare.sh DATASET [a|b]      e.g. compare.sh minilm-200k b
+#
+# Runs, on one cluster and the same rows for both systems:
+#   1. search only: bench.py sweeps (navis.search_list LISTS, hnsw.ef_search EFS) with 1 and 2
+#      clients, after WARMUP queries per point;
+#   2. inserts with concurrent searches: inserts.py, BASE rows built, INSERT rows inserted in
+#      batches of BATCH by WRITERS sessions while SEARCHERS sessions search, recall after each
+#      batch;
+# then plots.py and a summary with the ratio navis/pgvector for each metric (summary.md).
+#
+# Regime a: everything cached (shared_buffers 1GB, no limit). Regime b: the server in a cgroup v1
+# memory group limited to LIMIT_MB (default 384) with shared_buffers 64MB, well below table plus
+# index; indexes are built before the limit (a build needs maintenance_work_mem), then the
+# server is restarted inside the group with the page cache dropped. navis's side files are read
+# with O_DIRECT in both regimes, so only NAVIS-Cache (navis.cache_size, CACHE_MB, default 64)
+# holds its edge pages in memory.
+#
+# Environment: BASE (dataset rows minus INSERT), INSERT (10% of the rows, at most 20000), BATCH,
+# WRITERS (2), SEARCHERS (2), LISTS (20,40,80,160), EFS (20,40,80,160), QUERIES (1000), WARMUP
+# (200), LIMIT_MB, CACHE_MB, HNSW_M (16), HNSW_EFC (64), OUT (benchmarks/data/compare/DATASET-REGIME).
+# pgvector must be installed in /usr/lib/postgresql/15 (built from source, never committed);
+# without it navis runs alone and the summary says so.
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+DATA=${DATA:-$ROOT/benchmarks/data}
+PY=${PY:-$DATA/venv/bin/python}
+NAME=${1:?dataset name, e.g. minilm-200k}
+REGIME=${2:-a}
+D=$DATA/$NAME
+OUT=${OUT:-$DATA/compare/$NAME-$REGIME}
+CDIR=/tmp/navis-compare PORT=54342
+ROWS=$("$PY" -c 'import sys,struct; print(struct.unpack("<I", open(sys.argv[1],"rb").read(4))[0])' "$D/base.fbin")
+INSERT=${INSERT:-$(( ROWS / 10 < 20000 ? ROWS / 10 : 20000 ))}
+BASE=${BASE:-$(( ROWS - INSERT ))}
+BATCH=${BATCH:-$(( INSERT / 4 ))}
+WRITERS=${WRITERS:-2} SEARCHERS=${SEARCHERS:-2}
+LISTS=${LISTS:-20,40,80,160} EFS=${EFS:-20,40,80,160}
+QUERIES=${QUERIES:-1000} WARMUP=${WARMUP:-200}
+LIMIT_MB=${LIMIT_MB:-384} CACHE_MB=${CACHE_MB:-64}
+HNSW_M=${HNSW_M:-16} HNSW_EFC=${HNSW_EFC:-64}
+mkdir -p "$OUT"
+# shellcheck source=../../scripts/lib/cluster.sh
+source "$ROOT/scripts/lib/cluster.sh"
+# shellcheck source=memlimit.sh
+source "$HERE/memlimit.sh"
+
+have_pgvector=0
+[ -f /usr/share/postgresql/15/extension/vector.control ] && have_pgvector=1
+systems=(navis); [ $have_pgvector = 1 ] && systems+=(pgvector)
+
+shared_buffers=1GB; [ "$REGIME" = b ] && shared_buffers=64MB
+cluster_start "$CDIR" "$PORT" "shared_preload_libraries = 'navis'" "shared_buffers = $shared_buffers" \
+    "maintenance_work_mem = 2GB" "max_wal_size = 4GB" "navis.cache_size = '${CACHE_MB}MB'"
+trap 'cluster_stop "$CDIR"; memlimit_remove compare >/dev/null 2>&1 || true' EXIT
+common=(--host "$CDIR" --port "$PORT")
+sysargs() {  # SYSTEM -> the driver flags that pick it
+  # navis indexes the same vector(dim) column as pgvector when pgvector is there
+  if [ "$1" = navis ] && [ $have_pgvector = 1 ]; then echo "--system navis --coltype vector"
+  elif [ "$1" = navis ]; then echo "--system navis"; else
+    echo "--system pgvector --hnsw-m $HNSW_M --hnsw-ef-construction $HNSW_EFC"; fi
+}
+
+# Regime b: build outside the limit, then restart inside it with a cold page cache.
+enter_regime() {
+  [ "$REGIME" = b ] || return 0
+  cluster_stop "$CDIR"
+  drop_caches
+  memlimit_remove compare >/dev/null 2>&1 || true
+  memlimit_create compare "${LIMIT_MB}M"
+  memlimit_run compare runuser -u postgres -- env -u RUST_BACKTRACE "$PGBIN/pg_ctl" -D "$CDIR/data" \
+      -l "$CDIR/server.log" -w start >/dev/null
+}
+leave_regime() {
+  [ "$REGIME" = b ] || return 0
+  memlimit_report compare >"$OUT/memlimit-$1.txt" || true
+  cluster_stop "$CDIR"
+  memlimit_remove compare >/dev/null 2>&1 || true
+  runuser -u postgres -- env -u RUST_BACKTRACE "$PGBIN/pg_ctl" -D "$CDIR/data" -l "$CDIR/server.log" -w start >/dev/null
+}
+
+echo "== $NAME, regime $REGIME: $BASE + $INSERT rows, systems: ${systems[*]}  $(uptime)"
+# 1. search only
+for s in "${systems[@]}"; do
+  # shellcheck disable=SC2046
+  "$PY" "$HERE/bench.py" "$D" "${common[@]}" $(sysargs "$s") --lists 20 --ef-search 20 \
+      --queries 10 --warmup 0 >/dev/null          # load and build
+done
+enter_regime
+for s in "${systems[@]}"; do
+  # shellcheck disable=SC2046
+  "$PY" "$HERE/bench.py" "$D" "${common[@]}" $(sysargs "$s") --skip-load --skip-build \
+      --lists "$LISTS" --ef-search "$EFS" --clients 1,2 --queries "$QUERIES" --warmup "$WARMUP" \
+      --json "$OUT/search-$s.json" >"$OUT/search-$s.md"
+  echo "   search $s done  $(uptime)"
+done
+leave_regime search
+
+# 2. inserts with concurrent searches
+for s in "${systems[@]}"; do
+  # shellcheck disable=SC2046
+  "$PY" "$HERE/inserts.py" "$D" "${common[@]}" $(sysargs "$s") --base "$BASE" --insert 0 \
+      --recall-every 0 >/dev/null                # load and build
+done
+enter_regime
+for s in "${systems[@]}"; do
+  # shellcheck disable=SC2046
+  "$PY" "$HERE/inserts.py" "$D" "${common[@]}" $(sysargs "$s") --reuse --base "$BASE" \
+      --insert "$INSERT" --batch "$BATCH" --writers "$WRITERS" --searchers "$SEARCHERS" \
+      --json "$OUT/inserts-$s.json" >"$OUT/inserts-$s.md"
+  echo "   inserts $s done  $(uptime)"
+done
+leave_regime inserts
+"$PY" -c 'import json; print(json.dumps({"navis_cache":
+    [r for r in __import__("sys").stdin.read().split("\n") if r]}))' \
+    < <(cluster_psql "$CDIR" "$PORT" -At -c "SELECT name || '=' || value FROM navis_cache_stats") \
+    >"$OUT/cache-stats.json" || true
+
+# 3. plots and the side-by-side summary
+(cd "$OUT" && "$PY" "$HERE/plots.py" search-*.json inserts-*.json >/dev/null 2>&1) || echo "plots failed"
+"$PY" "$HERE/summary.py" "$OUT" "$REGIME" "$ROOT/benchmarks/results/device.json" | tee "$OUT/summary.md"

@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""Side-by-side summary of one compare.sh run: navis and pgvector HNSW, the ratio navis/pgvector
+for each metric, and where navis stands against the project's targets (issue 7).
+
+    summary.py OUT_DIR REGIME DEVICE_JSON
+
+Reads OUT_DIR/search-{navis,pgvector}.json (bench.py) and OUT_DIR/inserts-{navis,pgvector}.json
+(inserts.py); either system may be missing. Prints markdown.
+"""
+
+import json
+import os
+import sys
+
+TARGET_RECALL = 0.95
+# The project's targets (issue 7): navis / pgvector, per regime.
+TARGETS = {"a": {"insert": 1.0, "search": 0.8}, "b": {"insert": 3.0, "search": 2.0}}
+
+
+def load(path):
+    return json.load(open(path)) if os.path.exists(path) else None
+
+
+def at_target(rows, clients):
+    """The cheapest sweep point with recall >= TARGET_RECALL (else the best recall)."""
+    part = [r for r in rows if r["clients"] == clients]
+    if not part:
+        return None
+    ok = [r for r in part if r["recall"] >= TARGET_RECALL]
+    return min(ok, key=lambda r: r["param"]) if ok else max(part, key=lambda r: r["recall"])
+
+
+def ratio(a, b):
+    return f"{a / b:.2f}x" if a and b else "-"
+
+
+def main():
+    out, regime, device = sys.argv[1], sys.argv[2], sys.argv[3]
+    s = {k: load(f"{out}/search-{k}.json") for k in ("navis", "pgvector")}
+    i = {k: load(f"{out}/inserts-{k}.json") for k in ("navis", "pgvector")}
+    dev = load(device) or {}
+    ceiling = next((q.get("iops") for q in dev.get("results", []) if q.get("qd") == 64), None)
+    first = s["navis"] or i["navis"] or {}
+    mem = first.get("memory", {})
+    print(f"## {first.get('dataset', os.path.basename(out))}, regime {regime}\n")
+    print(f"Regime: {mem.get('regime', regime)}; shared_buffers {mem.get('shared_buffers', '?')}; "
+          f"memory limit {(mem.get('memory_limit_bytes') or 0) / 2**20 or 'none'} MiB; "
+          f"navis.cache_size {mem.get('navis_cache_size', '?')}. Device ceiling (fio, QD 64): "
+          f"{f'{ceiling:,.0f} IOPS' if ceiling else 'not measured'}.")
+    if not s["pgvector"] and not i["pgvector"]:
+        print("\npgvector is not installed here: navis alone.")
+    print("\n### Search only (the cheapest sweep point with recall@10 >= 0.95)\n")
+    print("| clients | system | point | recall@10 | QPS | P50 ms | P99 ms | device reads / query "
+          "| reads/s | share of fio ceiling |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    qps = {}
+    for clients in (1, 2):
+        for name in ("navis", "pgvector"):
+            if not s[name]:
+                continue
+            r = at_target(s[name]["search"], clients)
+            if not r:
+                continue
+            qps[(clients, name)] = r["qps"]
+            point = f"L={r['param']}" if name == "navis" else f"ef_search={r['param']}"
+            reads = r.get("bytes_q", 0) / 4096 if name == "navis" else None
+            rps = reads * r["qps"] if reads is not None else None
+            print(f"| {clients} | {name} | {point} | {r['recall']:.4f} | {r['qps']:.0f} | "
+                  f"{r['p50_us'] / 1000:.2f} | {r['p99_us'] / 1000:.2f} | "
+                  f"{f'{reads:.1f}' if reads is not None else '-'} | "
+                  f"{f'{rps:,.0f}' if rps is not None else '-'} | "
+                  f"{f'{rps / ceiling:.1%}' if rps is not None and ceiling else '-'} |")
+        if (clients, "navis") in qps and (clients, "pgvector") in qps:
+            print(f"| {clients} | **navis / pgvector** | | | "
+                  f"**{ratio(qps[(clients, 'navis')], qps[(clients, 'pgvector')])}** | | | | | |")
+    print("\n### Inserts with concurrent searches (averages over the batches)\n")
+    print("| system | rows/s | search q/s | P50 ms | P99 ms | recall@10 after | edge-page device "
+          "reads / insert | / query | NAVIS-Cache hit rate search / insert |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    avg = {}
+    for name in ("navis", "pgvector"):
+        if not i[name]:
+            continue
+        a = i[name]["averages"]
+        avg[name] = a
+        last = i[name]["batches"][-1] if i[name]["batches"] else {}
+        f = lambda k, fmt: format(a[k], fmt) if a.get(k) is not None else "-"
+        print(f"| {name} | {f('rows_per_s', '.1f')} | {f('search_qps', '.1f')} | "
+              f"{f('search_p50_ms', '.2f')} | {f('search_p99_ms', '.2f')} | "
+              f"{last.get('recall', a.get('recall')) or 0:.4f} | "
+              f"{f('edge_device_reads_per_insert', '.1f')} | {f('edge_device_reads_per_query', '.1f')} | "
+              f"{f('cache_search_hit_rate', '.3f')} / {f('cache_insert_hit_rate', '.3f')} |")
+    if len(avg) == 2:
+        n, p = avg["navis"], avg["pgvector"]
+        print(f"| **navis / pgvector** | **{ratio(n['rows_per_s'], p['rows_per_s'])}** | "
+              f"**{ratio(n['search_qps'], p['search_qps'])}** | | | | | | |")
+    t = TARGETS.get(regime)
+    if t and len(avg) == 2 and (1, "pgvector") in qps:
+        ins = avg["navis"]["rows_per_s"] / avg["pgvector"]["rows_per_s"]
+        srch = qps[(1, "navis")] / qps[(1, "pgvector")]
+        print(f"\nTargets for regime {regime}: inserts under concurrent search >= {t['insert']}x "
+              f"pgvector: **{ins:.2f}x** ({'met' if ins >= t['insert'] else 'not met'}); search QPS "
+              f">= {t['search']}x at recall 0.95 (1 client): **{srch:.2f}x** "
+              f"({'met' if srch >= t['search'] else 'not met'}).")
+
+
+if __name__ == "__main__":
+    main()
