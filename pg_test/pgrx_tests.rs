@@ -128,6 +128,11 @@ fn gucs_have_paper_defaults() {
         ("navis.casr_warmup", "1000"),
         ("navis.casr", "on"),
         ("navis.max_scan_tuples", "20000"),
+        // NAVIS-Cache (postmaster settings, present because the test server preloads navis)
+        ("navis.cache_size", "64MB"),
+        ("navis.cache_policy", "navis"),
+        ("navis.cache_frozen_eviction", "fifo"),
+        ("navis.cache_search_promote_hits", "8"),
     ] {
         let got = Spi::get_one::<String>(&format!("SELECT current_setting('{name}')"));
         assert_eq!(got, Ok(Some(value.to_string())), "{name}");
