@@ -99,7 +99,18 @@ for s in "${systems[@]}"; do
 done
 leave_regime search
 
-# 2. inserts with concurrent searches
+# 2. inserts with concurrent searches, each system's searches at its cheapest sweep point with
+# recall@10 >= 0.95 in step 1 (the largest point when none reaches it)
+point() {  # SYSTEM -> that point's parameter
+  "$PY" - "$OUT/search-$1.json" <<'PYEOF'
+import json, sys
+rows = [r for r in json.load(open(sys.argv[1]))["search"] if r["clients"] == 1]
+ok = [r for r in rows if r["recall"] >= 0.95]
+print(min(ok, key=lambda r: r["param"])["param"] if ok else max(r["param"] for r in rows))
+PYEOF
+}
+navis_list=$(point navis)
+pgv_ef=""; [ $have_pgvector = 1 ] && pgv_ef=$(point pgvector)
 for s in "${systems[@]}"; do
   # shellcheck disable=SC2046
   "$PY" "$HERE/inserts.py" "$D" "${common[@]}" $(sysargs "$s") --base "$BASE" --insert 0 \
@@ -108,7 +119,8 @@ done
 enter_regime
 for s in "${systems[@]}"; do
   # shellcheck disable=SC2046
-  "$PY" "$HERE/inserts.py" "$D" "${common[@]}" $(sysargs "$s") --reuse --base "$BASE" \
+  at=(--search-list "$navis_list"); [ "$s" = pgvector ] && at=(--ef-search "$pgv_ef")
+  "$PY" "$HERE/inserts.py" "$D" "${common[@]}" $(sysargs "$s") "${at[@]}" --reuse --base "$BASE" \
       --insert "$INSERT" --batch "$BATCH" --writers "$WRITERS" --searchers "$SEARCHERS" \
       --json "$OUT/inserts-$s.json" >"$OUT/inserts-$s.md"
   echo "   inserts $s done  $(uptime)"

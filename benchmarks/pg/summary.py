@@ -42,9 +42,11 @@ def main():
     ceiling = next((q.get("iops") for q in dev.get("results", []) if q.get("qd") == 64), None)
     first = s["navis"] or i["navis"] or {}
     mem = first.get("memory", {})
+    limit_bytes = mem.get("memory_limit_bytes")
+    limit = f"{limit_bytes / 2**20:.0f} MiB" if limit_bytes else "none"
     print(f"## {first.get('dataset', os.path.basename(out))}, regime {regime}\n")
     print(f"Regime: {mem.get('regime', regime)}; shared_buffers {mem.get('shared_buffers', '?')}; "
-          f"memory limit {(mem.get('memory_limit_bytes') or 0) / 2**20 or 'none'} MiB; "
+          f"memory limit {limit}; "
           f"navis.cache_size {mem.get('navis_cache_size', '?')}. Device ceiling (fio, QD 64): "
           f"{f'{ceiling:,.0f} IOPS' if ceiling else 'not measured'}.")
     if not s["pgvector"] and not i["pgvector"]:
