@@ -203,6 +203,21 @@ def load(conn, table, base, chunk=5000, coltype="real"):
     return copy_s, vacuum_s, table_bytes
 
 
+def backend_peak_rss(conn):
+    """Peak resident memory (VmHWM, bytes) of this connection's backend since it started, read
+    from /proc (the driver runs on the server's machine); None where that is not readable.
+    Parallel build workers are separate processes and are not included."""
+    pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
 def build_hnsw(conn, table, index, args):
     m = getattr(args, "hnsw_m", None) or 16
     efc = getattr(args, "hnsw_ef_construction", None) or 64
@@ -216,10 +231,12 @@ def build_hnsw(conn, table, index, args):
         t0 = time.perf_counter()
         cur.execute(sql)
         build_s = time.perf_counter() - t0
+        peak = backend_peak_rss(conn)
         cur.execute("SELECT pg_relation_size(%s::regclass), extversion FROM pg_extension"
                     " WHERE extname = 'vector'", (index,))
         main_bytes, version = cur.fetchone()
     return {"sql": sql, "system": "pgvector", "build_s": build_s, "main_bytes": main_bytes,
+            "backend_peak_rss": peak,
             "side_bytes": 0, "index_bytes": main_bytes, "m": m, "ef_construction": efc,
             "pgvector_version": version}
 
@@ -238,6 +255,7 @@ def build_index(conn, table, index, args):
         t0 = time.perf_counter()
         cur.execute(sql)
         build_s = time.perf_counter() - t0
+        peak = backend_peak_rss(conn)
         cur.execute("SELECT pg_relation_size(%s::regclass)", (index,))
         main_bytes = cur.fetchone()[0]
         cur.execute("SELECT side_file_bytes, edge_pages, max_degree, build_list, alpha, pq_bytes,"
@@ -245,6 +263,7 @@ def build_index(conn, table, index, args):
                     " FROM navis_index_stats(%s::regclass)", (index,))
         side, pages, r, l, alpha, pq, ent, side_dir, datadir = cur.fetchone()
     return {"sql": sql, "system": "navis", "build_s": build_s, "main_bytes": main_bytes,
+            "backend_peak_rss": peak,
             "side_bytes": side, "index_bytes": main_bytes + side, "edge_pages": pages, "max_degree": r, "build_list": l, "alpha": alpha, "pq_bytes": pq,
             "entrance_vertices": ent,
             "side_directory": os.path.join(datadir, side_dir)}
@@ -455,7 +474,9 @@ def main():
     if not args.skip_build:
         b = build_index(conn, table, index, args)
         result["build"] = b
-        print(f"{name}: {b['sql']}: {b['build_s']:.1f} s", file=sys.stderr)
+        peak = b.get("backend_peak_rss")
+        print(f"{name}: {b['sql']}: {b['build_s']:.1f} s"
+              + (f", backend peak RSS {peak / 2**20:.0f} MiB" if peak else ""), file=sys.stderr)
     conn.close()
 
     rows = []

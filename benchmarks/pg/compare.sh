@@ -87,7 +87,7 @@ echo "== $NAME, regime $REGIME: $BASE + $INSERT rows, systems: ${systems[*]}  $(
 for s in "${systems[@]}"; do
   # shellcheck disable=SC2046
   "$PY" "$HERE/bench.py" "$D" "${common[@]}" $(sysargs "$s") --lists 20 --ef-search 20 \
-      --queries 10 --warmup 1 >/dev/null          # load and build
+      --queries 10 --warmup 1 --json "$OUT/build-$s.json" >/dev/null          # load and build
 done
 enter_regime
 for s in "${systems[@]}"; do

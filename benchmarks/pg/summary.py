@@ -51,6 +51,18 @@ def main():
           f"{f'{ceiling:,.0f} IOPS' if ceiling else 'not measured'}.")
     if not s["pgvector"] and not i["pgvector"]:
         print("\npgvector is not installed here: navis alone.")
+    builds = {k: load(f"{out}/build-{k}.json") for k in ("navis", "pgvector")}
+    if any(builds.values()):
+        print("\n### Build (CREATE INDEX over all rows, 2 threads, one run)\n")
+        print("| system | rows | seconds | backend peak RSS | index on disk |")
+        print("|---|---|---|---|---|")
+        for name, b in builds.items():
+            if not b or "build" not in b:
+                continue
+            bb = b["build"]
+            peak = bb.get("backend_peak_rss")
+            print(f"| {name} | {b['rows']:,} | {bb['build_s']:.1f} | "
+                  f"{f'{peak / 2**20:.0f} MiB' if peak else '-'} | {bb['index_bytes'] / 2**20:.0f} MiB |")
     print("\n### Search only (the cheapest sweep point with recall@10 >= 0.95)\n")
     print("| clients | system | point | recall@10 | QPS | P50 ms | P99 ms | device reads / query "
           "| reads/s | share of fio ceiling |")
