@@ -20,7 +20,8 @@
 #
 # Environment: BASE (dataset rows minus INSERT), INSERT (10% of the rows, at most 20000), BATCH,
 # WRITERS (2), SEARCHERS (2), LISTS (20,40,80,160), EFS (20,40,80,160), QUERIES (1000), WARMUP
-# (200), LIMIT_MB, CACHE_MB, HNSW_M (16), HNSW_EFC (64), OUT (benchmarks/data/compare/DATASET-REGIME).
+# (200), LIMIT_MB, CACHE_MB, HNSW_M (16), HNSW_EFC (64), SKIP_INSERTS=1 (builds and searches
+# only, for the largest sets), OUT (benchmarks/data/compare/DATASET-REGIME).
 # pgvector must be installed in /usr/lib/postgresql/15 (built from source, never committed);
 # without it navis runs alone and the summary says so.
 set -euo pipefail
@@ -98,6 +99,12 @@ for s in "${systems[@]}"; do
   echo "   search $s done  $(uptime)"
 done
 leave_regime search
+
+if [ "${SKIP_INSERTS:-0}" = 1 ]; then
+  (cd "$OUT" && "$PY" "$HERE/plots.py" search-*.json >/dev/null 2>&1) || echo "plots failed"
+  "$PY" "$HERE/summary.py" "$OUT" "$REGIME" "$ROOT/benchmarks/results/device.json" | tee "$OUT/summary.md"
+  exit 0
+fi
 
 # 2. inserts with concurrent searches, each system's searches at its cheapest sweep point with
 # recall@10 >= 0.95 in step 1 (the largest point when none reaches it)
