@@ -21,7 +21,9 @@
 # Environment: BASE (dataset rows minus INSERT), INSERT (10% of the rows, at most 20000), BATCH,
 # WRITERS (2), SEARCHERS (2), LISTS (20,40,80,160), EFS (20,40,80,160), QUERIES (1000), WARMUP
 # (200), LIMIT_MB, CACHE_MB, HNSW_M (16), HNSW_EFC (64), SKIP_INSERTS=1 (builds and searches
-# only, for the largest sets), OUT (benchmarks/data/compare/DATASET-REGIME).
+# only, for the largest sets), MWM (maintenance_work_mem for both builds, 2GB; 1M x 384 needs 4GB),
+# OUT (benchmarks/data/compare/DATASET-REGIME). The plots are also copied to
+# benchmarks/results/compare/DATASET-<plot>-REGIME.png for the committed reports.
 # pgvector must be installed in /usr/lib/postgresql/15 (built from source, never committed);
 # without it navis runs alone and the summary says so.
 set -euo pipefail
@@ -42,7 +44,7 @@ WRITERS=${WRITERS:-2} SEARCHERS=${SEARCHERS:-2}
 LISTS=${LISTS:-20,40,80,160} EFS=${EFS:-20,40,80,160}
 QUERIES=${QUERIES:-1000} WARMUP=${WARMUP:-200}
 LIMIT_MB=${LIMIT_MB:-384} CACHE_MB=${CACHE_MB:-64}
-HNSW_M=${HNSW_M:-16} HNSW_EFC=${HNSW_EFC:-64}
+HNSW_M=${HNSW_M:-16} HNSW_EFC=${HNSW_EFC:-64} MWM=${MWM:-2GB}
 mkdir -p "$OUT"
 # shellcheck source=../../scripts/lib/cluster.sh
 source "$ROOT/scripts/lib/cluster.sh"
@@ -55,7 +57,7 @@ systems=(navis); [ $have_pgvector = 1 ] && systems+=(pgvector)
 
 shared_buffers=1GB; [ "$REGIME" = b ] && shared_buffers=64MB
 cluster_start "$CDIR" "$PORT" "shared_preload_libraries = 'navis'" "shared_buffers = $shared_buffers" \
-    "maintenance_work_mem = 2GB" "max_wal_size = 4GB" "navis.cache_size = '${CACHE_MB}MB'"
+    "maintenance_work_mem = $MWM" "max_wal_size = 4GB" "navis.cache_size = '${CACHE_MB}MB'"
 trap 'cluster_stop "$CDIR"; memlimit_remove compare >/dev/null 2>&1 || true' EXIT
 common=(--host "$CDIR" --port "$PORT")
 sysargs() {  # SYSTEM -> the driver flags that pick it
@@ -100,8 +102,19 @@ for s in "${systems[@]}"; do
 done
 leave_regime search
 
+publish_plots() {  # copy OUT's PNGs to benchmarks/results/compare/ under dataset and regime names
+  local f base
+  mkdir -p "$ROOT/benchmarks/results/compare"
+  for f in "$OUT"/*.png; do
+    [ -e "$f" ] || continue
+    base=$(basename "$f" .png)
+    cp "$f" "$ROOT/benchmarks/results/compare/$base-$REGIME.png"
+  done
+}
+
 if [ "${SKIP_INSERTS:-0}" = 1 ]; then
-  (cd "$OUT" && "$PY" "$HERE/plots.py" search-*.json >/dev/null 2>&1) || echo "plots failed"
+  (cd "$OUT" && "$PY" "$HERE/plots.py" --prefix "$NAME" search-*.json >/dev/null 2>&1) || echo "plots failed"
+  publish_plots
   "$PY" "$HERE/summary.py" "$OUT" "$REGIME" "$ROOT/benchmarks/results/device.json" | tee "$OUT/summary.md"
   exit 0
 fi
@@ -139,5 +152,6 @@ leave_regime inserts
     >"$OUT/cache-stats.json" || true
 
 # 3. plots and the side-by-side summary
-(cd "$OUT" && "$PY" "$HERE/plots.py" search-*.json inserts-*.json >/dev/null 2>&1) || echo "plots failed"
+(cd "$OUT" && "$PY" "$HERE/plots.py" --prefix "$NAME" search-*.json inserts-*.json >/dev/null 2>&1) || echo "plots failed"
+publish_plots
 "$PY" "$HERE/summary.py" "$OUT" "$REGIME" "$ROOT/benchmarks/results/device.json" | tee "$OUT/summary.md"
