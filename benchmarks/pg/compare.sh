@@ -22,6 +22,10 @@
 # WRITERS (2), SEARCHERS (2), LISTS (20,40,80,160), EFS (20,40,80,160), QUERIES (1000), WARMUP
 # (200), LIMIT_MB, CACHE_MB, HNSW_M (16), HNSW_EFC (64), SKIP_INSERTS=1 (builds and searches
 # only, for the largest sets), MWM (maintenance_work_mem for both builds, 2GB; 1M x 384 needs 4GB),
+# WINDOW=1 (sliding window: each insert batch also deletes the oldest BATCH rows and runs VACUUM;
+# OUT and the plot names get a "-window" suffix), PERF=1 (a system-wide `perf record`
+# over each system's search and insert phases; the server processes' samples by symbol in
+# OUT/perf-{search,inserts}-SYSTEM.txt),
 # OUT (benchmarks/data/compare/DATASET-REGIME). The plots are also copied to
 # benchmarks/results/compare/DATASET-<plot>-REGIME.png for the committed reports.
 # pgvector must be installed in /usr/lib/postgresql/15 (built from source, never committed);
@@ -34,7 +38,13 @@ PY=${PY:-$DATA/venv/bin/python}
 NAME=${1:?dataset name, e.g. minilm-200k}
 REGIME=${2:-a}
 D=$DATA/$NAME
-OUT=${OUT:-$DATA/compare/$NAME-$REGIME}
+# data preparation (cached) and the drivers' Python packages, so one command reproduces a report
+[ -s "$D/gt100.bin" ] || bash "$ROOT/benchmarks/datasets/prepare.sh" "$NAME"
+"$PY" -c 'import psycopg, matplotlib' 2>/dev/null ||
+  "$DATA/venv/bin/pip" install -q --no-deps -r "$HERE/requirements.txt"
+WINDOW=${WINDOW:-0}
+suffix=""; [ "$WINDOW" = 1 ] && suffix=-window
+OUT=${OUT:-$DATA/compare/$NAME-$REGIME$suffix}
 CDIR=/tmp/navis-compare PORT=54342
 ROWS=$("$PY" -c 'import sys,struct; print(struct.unpack("<I", open(sys.argv[1],"rb").read(4))[0])' "$D/base.fbin")
 INSERT=${INSERT:-$(( ROWS / 10 < 20000 ? ROWS / 10 : 20000 ))}
@@ -44,7 +54,7 @@ WRITERS=${WRITERS:-2} SEARCHERS=${SEARCHERS:-2}
 LISTS=${LISTS:-20,40,80,160} EFS=${EFS:-20,40,80,160}
 QUERIES=${QUERIES:-1000} WARMUP=${WARMUP:-200}
 LIMIT_MB=${LIMIT_MB:-384} CACHE_MB=${CACHE_MB:-64}
-HNSW_M=${HNSW_M:-16} HNSW_EFC=${HNSW_EFC:-64} MWM=${MWM:-2GB}
+HNSW_M=${HNSW_M:-16} HNSW_EFC=${HNSW_EFC:-64} MWM=${MWM:-2GB} PERF=${PERF:-0}
 mkdir -p "$OUT"
 # shellcheck source=../../scripts/lib/cluster.sh
 source "$ROOT/scripts/lib/cluster.sh"
@@ -65,6 +75,20 @@ sysargs() {  # SYSTEM -> the driver flags that pick it
   if [ "$1" = navis ] && [ $have_pgvector = 1 ]; then echo "--system navis --coltype vector"
   elif [ "$1" = navis ]; then echo "--system navis"; else
     echo "--system pgvector --hnsw-m $HNSW_M --hnsw-ef-construction $HNSW_EFC"; fi
+}
+
+perf_start() {  # PHASE SYSTEM: a system-wide profile of one phase when PERF=1
+  perf_pid=""
+  [ "$PERF" = 1 ] || return 0
+  perf record -a -F 499 -o "$OUT/perf-$1-$2.data" >/dev/null 2>&1 &
+  perf_pid=$!
+}
+perf_stop() {  # PHASE SYSTEM: the server processes' samples by symbol, as shares of their own
+  [ -n "$perf_pid" ] || return 0
+  kill -INT "$perf_pid"; wait "$perf_pid" || true
+  perf report -i "$OUT/perf-$1-$2.data" --stdio --no-children --comm postgres \
+      --percentage relative --sort dso,symbol 2>/dev/null | grep '%' | sed -E 's/ +- +- *$//' |
+      head -40 >"$OUT/perf-$1-$2.txt" || true
 }
 
 # Regime b: build outside the limit, then restart inside it with a cold page cache.
@@ -94,11 +118,13 @@ for s in "${systems[@]}"; do
 done
 enter_regime
 for s in "${systems[@]}"; do
+  perf_start search "$s"
   # shellcheck disable=SC2046
   "$PY" "$HERE/bench.py" "$D" "${common[@]}" $(sysargs "$s") --skip-load --skip-build \
       --lists "$LISTS" --ef-search "$EFS" --clients 1,2 --queries "$QUERIES" --warmup "$WARMUP" \
       --json "$OUT/search-$s.json" >"$OUT/search-$s.md"
   echo "   search $s done  $(uptime)"
+  perf_stop search "$s"
 done
 leave_regime search
 
@@ -108,7 +134,7 @@ publish_plots() {  # copy OUT's PNGs to benchmarks/results/compare/ under datase
   for f in "$OUT"/*.png; do
     [ -e "$f" ] || continue
     base=$(basename "$f" .png)
-    cp "$f" "$ROOT/benchmarks/results/compare/$base-$REGIME.png"
+    cp "$f" "$ROOT/benchmarks/results/compare/$base-$REGIME$suffix.png"
   done
 }
 
@@ -130,6 +156,7 @@ print(min(ok, key=lambda r: r["param"])["param"] if ok else max(r["param"] for r
 PYEOF
 }
 navis_list=$(point navis)
+window_flag=(); [ "$WINDOW" = 1 ] && window_flag=(--window)
 pgv_ef=""; [ $have_pgvector = 1 ] && pgv_ef=$(point pgvector)
 for s in "${systems[@]}"; do
   # shellcheck disable=SC2046
@@ -140,10 +167,12 @@ enter_regime
 for s in "${systems[@]}"; do
   # shellcheck disable=SC2046
   at=(--search-list "$navis_list"); [ "$s" = pgvector ] && at=(--ef-search "$pgv_ef")
+  perf_start inserts "$s"
   "$PY" "$HERE/inserts.py" "$D" "${common[@]}" $(sysargs "$s") "${at[@]}" --reuse --base "$BASE" \
       --insert "$INSERT" --batch "$BATCH" --writers "$WRITERS" --searchers "$SEARCHERS" \
-      --json "$OUT/inserts-$s.json" >"$OUT/inserts-$s.md"
+      "${window_flag[@]}" --json "$OUT/inserts-$s.json" >"$OUT/inserts-$s.md"
   echo "   inserts $s done  $(uptime)"
+  perf_stop inserts "$s"
 done
 leave_regime inserts
 "$PY" -c 'import json; print(json.dumps({"navis_cache":
