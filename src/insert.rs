@@ -87,17 +87,14 @@ pub unsafe extern "C-unwind" fn aminsert(
         rerank_k: guc::RERANK_TOP_K.get().max(1) as usize,
         casr_window,
     };
-    let mut reader = match open.index.reader() {
-        Ok(r) => r,
-        Err(e) => raise(
-            PgSqlErrorCode::ERRCODE_IO_ERROR,
-            format!("navis could not open a reader: {e}"),
-            None,
-        ),
-    };
+    let mut reader = open.reader();
     let locks = open.locks();
     let tid = HeapTid { block, offset };
-    match open.index.insert(&mut reader, &locks, vector, tid, params) {
+    let outcome = open.index.insert(&mut reader, &locks, vector, tid, params);
+    if outcome.is_ok() {
+        open.recycle(reader);
+    }
+    match outcome {
         Ok(report) => {
             if casr_window.is_none() && guc::CASR_ENABLED.get() {
                 if let Some(w) = report.calibration_sample {

@@ -14,7 +14,7 @@ use crate::guc;
 use crate::sidefiles;
 use navis_engine::casr::WindowCalibrator;
 use navis_engine::counters::SearchCounters;
-use navis_engine::index::{DiskReader, Index};
+use navis_engine::index::{DiskReader, Index, SpareReader};
 use navis_engine::search::{CasrMode, SearchCursor, SearchParams};
 use navis_engine::Metric;
 use pgrx::pg_sys;
@@ -41,9 +41,34 @@ pub struct OpenIndex {
     pub insert_calibrator: Mutex<WindowCalibrator>,
     /// Identity of the relation (tablespace, database, relfilenode) for its allocator lock.
     pub lock_key: u64,
+    /// The files, io_uring queue and buffers of this backend's last finished reader, for the
+    /// next scan or insert (a reader per statement would cost two opens, an io_uring setup
+    /// and fresh buffers every time).
+    spare_reader: RefCell<Option<SpareReader>>,
 }
 
 impl OpenIndex {
+    /// A reader over this index, reusing the spare one when there is one.
+    pub fn reader(&self) -> DiskReader<'_> {
+        let spare = self.spare_reader.borrow_mut().take();
+        match self.index.reader_reusing(spare) {
+            Ok(r) => r,
+            Err(e) => raise(
+                PgSqlErrorCode::ERRCODE_IO_ERROR,
+                format!("navis could not open a reader: {e}"),
+                None,
+            ),
+        }
+    }
+
+    /// Keeps a finished reader for the next [`OpenIndex::reader`]. Not while unwinding: an
+    /// error may have interrupted the reader's work.
+    pub fn recycle(&self, reader: DiskReader<'_>) {
+        if !std::thread::panicking() {
+            *self.spare_reader.borrow_mut() = Some(reader.into_spare());
+        }
+    }
+
     /// The writer locks of this index (LWLocks in shared memory).
     pub fn locks(&self) -> crate::shmem::PgLocks {
         crate::shmem::PgLocks::new(crate::shmem::require("navis index writes"), self.lock_key)
@@ -189,6 +214,7 @@ fn reopen(
         scans: Mutex::new(0),
         insert_calibrator: Mutex::new(insert_calibrator),
         lock_key,
+        spare_reader: RefCell::new(None),
     });
     CACHE.with(|c| {
         let mut c = c.borrow_mut();
@@ -208,6 +234,8 @@ struct Running {
     calibrating: bool,
     returned: u64,
     limit: u64,
+    /// A read failed: the reader is not reused.
+    failed: bool,
 }
 
 impl Drop for Running {
@@ -220,8 +248,11 @@ impl Drop for Running {
         if !self.reader.is_null() {
             // SAFETY: `reader` came from Box::into_raw in `start` and the cursor that
             // borrowed it is gone.
-            drop(unsafe { Box::from_raw(self.reader) });
+            let reader = unsafe { Box::from_raw(self.reader) };
             self.reader = std::ptr::null_mut();
+            if !self.failed {
+                self.open.recycle(*reader);
+            }
         }
     }
 }
@@ -354,14 +385,7 @@ fn start(open: Rc<OpenIndex>, query: &[f32]) -> Running {
             None => calibrating = true,
         }
     }
-    let reader = match open.index.reader() {
-        Ok(r) => r,
-        Err(e) => raise(
-            PgSqlErrorCode::ERRCODE_IO_ERROR,
-            format!("navis could not open a reader: {e}"),
-            None,
-        ),
-    };
+    let reader = open.reader();
     // SAFETY: the reader borrows `open.index`, which lives in an Rc kept in the same
     // Running (heap address stable); Running drops the cursor, then the reader, then the Rc.
     let reader: *mut DiskReader<'static> = Box::into_raw(Box::new(unsafe {
@@ -389,6 +413,7 @@ fn start(open: Rc<OpenIndex>, query: &[f32]) -> Running {
         calibrating,
         returned: 0,
         limit: guc::MAX_SCAN_TUPLES.get().max(1) as u64,
+        failed: false,
     }
 }
 
@@ -420,11 +445,14 @@ pub unsafe extern "C-unwind" fn amgettuple(
     let passes_before = cursor.passes();
     let hit = match cursor.next_hit() {
         Ok(h) => h,
-        Err(e) => raise(
-            PgSqlErrorCode::ERRCODE_IO_ERROR,
-            format!("navis search failed: {e}"),
-            None,
-        ),
+        Err(e) => {
+            run.failed = true;
+            raise(
+                PgSqlErrorCode::ERRCODE_IO_ERROR,
+                format!("navis search failed: {e}"),
+                None,
+            )
+        }
     };
     if run.calibrating && passes_before == 0 && cursor.passes() > 0 {
         if let Some(w) = cursor.calibration_sample() {

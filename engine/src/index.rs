@@ -702,13 +702,36 @@ impl Index {
     /// A reader for one thread: it owns an io_uring queue (or the pread fallback, chosen at
     /// run time; `NAVIS_IO=pread` forces it) over the edge and vector files.
     pub fn reader(&self) -> io::Result<DiskReader<'_>> {
-        Ok(DiskReader {
-            index: self,
-            io: PageReader::for_index(&self.files, READER_QUEUE_DEPTH)?,
-            slot_buf: Vec::new(),
-            miss_buf: Vec::new(),
-            caller: Caller::Search,
-        })
+        self.reader_reusing(None)
+    }
+
+    /// A reader that takes over what an earlier reader of this index left
+    /// ([`DiskReader::into_spare`]): its open files, io_uring queue and buffers. PostgreSQL
+    /// starts a reader per index scan; reusing one saves two `open`s, an `io_uring_setup`
+    /// and freshly faulted buffers on every query. A spare from another index is dropped and
+    /// a new reader opened.
+    pub fn reader_reusing(&self, spare: Option<SpareReader>) -> io::Result<DiskReader<'_>> {
+        match spare {
+            Some(s) if s.index == self.identity() => Ok(DiskReader {
+                index: self,
+                io: s.io,
+                slot_buf: s.slot_buf,
+                miss_buf: s.miss_buf,
+                caller: Caller::Search,
+            }),
+            _ => Ok(DiskReader {
+                index: self,
+                io: PageReader::for_index(&self.files, READER_QUEUE_DEPTH)?,
+                slot_buf: Vec::new(),
+                miss_buf: Vec::new(),
+                caller: Caller::Search,
+            }),
+        }
+    }
+
+    /// Tells this index's spare readers from another's while both are alive.
+    fn identity(&self) -> usize {
+        self as *const Index as usize
     }
 
     /// One top-k search. With [`CasrSetting::Auto`] the first queries rerank everything and
@@ -827,10 +850,30 @@ pub struct DiskReader<'a> {
     caller: Caller,
 }
 
+/// A finished [`DiskReader`]'s reusable parts, for [`Index::reader_reusing`]. Every read of
+/// a reader completes before the call that issued it returns, so a spare has nothing in
+/// flight.
+pub struct SpareReader {
+    index: usize,
+    io: PageReader,
+    slot_buf: Vec<u8>,
+    miss_buf: Vec<AlignedPage>,
+}
+
 /// Reads in flight per reader: a hop reads W = 4 pages, a CASR window tens of vectors.
 const READER_QUEUE_DEPTH: u32 = 64;
 
 impl DiskReader<'_> {
+    /// Gives up the reader's files, queue and buffers for the next reader of the same index.
+    pub fn into_spare(self) -> SpareReader {
+        SpareReader {
+            index: self.index.identity(),
+            io: self.io,
+            slot_buf: self.slot_buf,
+            miss_buf: self.miss_buf,
+        }
+    }
+
     /// `io_uring+O_DIRECT`, `pread+buffered`, ...
     pub fn backend_name(&self) -> &'static str {
         self.io.backend_name()
@@ -1092,6 +1135,59 @@ mod tests {
             assert!(SearchCursor::new(&mut reader, &[f32::NAN], SearchParams::default()).is_err());
             assert!(SearchCursor::new(&mut reader, &[], SearchParams::default()).is_err());
         }
+    }
+
+    #[test]
+    fn spare_readers_are_reused_only_by_their_own_index() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (n, dim) = (400, 8);
+        let data = crate::dataset::synthetic_clustered(n, dim, 4, 7);
+        let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+        let params = small_params(Metric::L2);
+        build_index(&a, &data, &tids(n), &params, &none, &never).unwrap();
+        let other = crate::dataset::synthetic_clustered(n, dim, 4, 8);
+        build_index(&b, &other, &tids(n), &params, &none, &never).unwrap();
+        let (a, b) = (Index::open(&a).unwrap(), Index::open(&b).unwrap());
+        let query = &data[3 * dim..4 * dim];
+        let expected = search_all(&a, query, SearchParams::default());
+        assert_eq!(expected[0].tid, tids(n)[3], "the query is row 3");
+
+        // A reused reader (files, queue and buffers carried over) finds the same rows with
+        // the same per-query counters, and its I/O totals keep counting.
+        let mut spare = None;
+        let mut counters = Vec::new();
+        for _ in 0..3 {
+            let mut reader = a.reader_reusing(spare.take()).unwrap();
+            let bytes_before = reader.io.stats().bytes;
+            let mut cursor =
+                SearchCursor::new(&mut reader, query, SearchParams::default()).unwrap();
+            let mut hits = Vec::new();
+            while let Some(hit) = cursor.next_hit().unwrap() {
+                hits.push(hit);
+            }
+            counters.push(cursor.counters().rerank_vector_loads);
+            drop(cursor);
+            assert_eq!(hits, expected);
+            assert!(reader.io.stats().bytes > bytes_before);
+            spare = Some(reader.into_spare());
+        }
+        assert!(counters.windows(2).all(|w| w[0] == w[1]), "{counters:?}");
+
+        // A spare of index a given to index b is not used: b's reader reads b's files.
+        let spare = spare.unwrap();
+        assert_eq!(spare.index, a.identity());
+        let mut reader = b.reader_reusing(Some(spare)).unwrap();
+        assert_eq!(reader.io.stats().bytes, 0, "a fresh reader");
+        let hits = {
+            let mut cursor =
+                SearchCursor::new(&mut reader, query, SearchParams::default()).unwrap();
+            let mut hits = Vec::new();
+            while let Some(hit) = cursor.next_hit().unwrap() {
+                hits.push(hit);
+            }
+            hits
+        };
+        assert_eq!(hits, search_all(&b, query, SearchParams::default()));
     }
 
     #[test]
