@@ -7,6 +7,7 @@ use crate::errors::raise;
 use crate::guc;
 use crate::scan::open_index;
 use crate::sidefiles;
+use navis_engine::cache::Caller;
 use navis_engine::storage::HeapTid;
 use navis_engine::update::InsertParams;
 use navis_engine::Metric;
@@ -76,7 +77,7 @@ pub unsafe extern "C-unwind" fn aminsert(
         )
     }
     let casr_window = if guc::CASR_ENABLED.get() {
-        open.insert_calibrator.lock().unwrap().window()
+        open.casr_window(Caller::Insert)
     } else {
         None
     };
@@ -98,7 +99,7 @@ pub unsafe extern "C-unwind" fn aminsert(
         Ok(report) => {
             if casr_window.is_none() && guc::CASR_ENABLED.get() {
                 if let Some(w) = report.calibration_sample {
-                    open.insert_calibrator.lock().unwrap().record_window(w);
+                    open.record_casr_sample(Caller::Insert, w);
                 }
             }
         }

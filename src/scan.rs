@@ -12,7 +12,7 @@ use crate::datum::VectorInput;
 use crate::errors::raise;
 use crate::guc;
 use crate::sidefiles;
-use navis_engine::casr::WindowCalibrator;
+use navis_engine::cache::Caller;
 use navis_engine::counters::SearchCounters;
 use navis_engine::index::{DiskReader, Index, SpareReader};
 use navis_engine::search::{CasrMode, SearchCursor, SearchParams};
@@ -20,7 +20,7 @@ use navis_engine::Metric;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use pgrx::{PgMemoryContexts, PgSqlErrorCode};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
@@ -31,14 +31,12 @@ pub struct OpenIndex {
     pub index: Index,
     pub build_id: u64,
     pub dir: PathBuf,
-    pub calibrator: Mutex<WindowCalibrator>,
-    /// Calibrator settings it was made with (warm-up, percentile): a change recalibrates.
-    calibrator_key: (i32, u64),
+    /// CASR windows this backend has read from the index-wide calibration, by path, with
+    /// the settings (warm-up, percentile bits) they were read for.
+    casr_windows: Cell<[Option<(i32, u64, usize)>; 2]>,
     /// Engine counters summed over this backend's scans of the index.
     pub counters: Mutex<SearchCounters>,
     pub scans: Mutex<u64>,
-    /// CASR window calibration of this backend's inserts (P`navis.casr_percentile_insert`).
-    pub insert_calibrator: Mutex<WindowCalibrator>,
     /// Identity of the relation (tablespace, database, relfilenode) for its allocator lock.
     pub lock_key: u64,
     /// The files, io_uring queue and buffers of this backend's last finished reader, for the
@@ -48,6 +46,44 @@ pub struct OpenIndex {
 }
 
 impl OpenIndex {
+    /// The CASR window of `caller`'s path at the current `navis.casr_warmup` and percentile,
+    /// once the index-wide warm-up sample (pooled by all backends in the shared entrance
+    /// file) is complete; `None` while it is not: the rerank then loads every candidate and
+    /// its minimal safe window goes to [`OpenIndex::record_casr_sample`].
+    pub fn casr_window(&self, caller: Caller) -> Option<usize> {
+        let (warmup, percentile) = casr_settings(caller);
+        let slot = caller as usize;
+        let mut known = self.casr_windows.get();
+        if let Some((w_warmup, w_percentile, window)) = known[slot] {
+            if (w_warmup, w_percentile) == (warmup, percentile.to_bits()) {
+                return Some(window);
+            }
+        }
+        let (_, window) =
+            self.index
+                .entrance()
+                .calibration(caller, warmup.max(1) as usize, percentile);
+        if let Some(w) = window {
+            known[slot] = Some((warmup, percentile.to_bits(), w));
+            self.casr_windows.set(known);
+        }
+        window
+    }
+
+    /// Adds a warm-up rerank's minimal safe window to the index-wide calibration sample.
+    pub fn record_casr_sample(&self, caller: Caller, needed: usize) {
+        self.index.entrance().record_calibration(caller, needed);
+    }
+
+    /// Index-wide warm-up samples of `caller`'s path so far.
+    pub fn casr_samples(&self, caller: Caller) -> u64 {
+        let (warmup, percentile) = casr_settings(caller);
+        self.index
+            .entrance()
+            .calibration(caller, warmup.max(1) as usize, percentile)
+            .0
+    }
+
     /// A reader over this index, reusing the spare one when there is one.
     pub fn reader(&self) -> DiskReader<'_> {
         let spare = self.spare_reader.borrow_mut().take();
@@ -121,23 +157,21 @@ pub fn open_index(index: pg_sys::Relation) -> Rc<OpenIndex> {
         meta.build_id,
     );
     let dir = sidefiles::side_dir(index);
-    let cal_key = calibrator_key();
     if let Some(hit) = CACHE.with(|c| c.borrow().get(&key).cloned()) {
         if hit.dir.exists() {
-            if hit.calibrator_key != cal_key {
-                return reopen(index, key, meta.build_id, dir, cal_key);
-            }
             return hit;
         }
     }
-    reopen(index, key, meta.build_id, dir, cal_key)
+    reopen(index, key, meta.build_id, dir)
 }
 
-fn calibrator_key() -> (i32, u64) {
-    (
-        guc::CASR_WARMUP.get(),
-        guc::CASR_PERCENTILE_SEARCH.get().to_bits(),
-    )
+/// `navis.casr_warmup` and the path's percentile setting.
+fn casr_settings(caller: Caller) -> (i32, f64) {
+    let percentile = match caller {
+        Caller::Search => guc::CASR_PERCENTILE_SEARCH.get(),
+        Caller::Insert => guc::CASR_PERCENTILE_INSERT.get(),
+    };
+    (guc::CASR_WARMUP.get(), percentile)
 }
 
 fn reopen(
@@ -145,7 +179,6 @@ fn reopen(
     key: (u32, u32, u32, u64),
     build_id: u64,
     dir: PathBuf,
-    cal_key: (i32, u64),
 ) -> Rc<OpenIndex> {
     let meta_name = sidefiles::read_metapage(index)
         .map(|m| m.dir_name())
@@ -197,22 +230,13 @@ fn reopen(
     if let Err(e) = navis_engine::update::recover(opened.files(), &locks, shared.epoch()) {
         missing(index, format!("recovering the allocator state failed: {e}"));
     }
-    let insert_calibrator = WindowCalibrator::new(
-        guc::CASR_WARMUP.get().max(1) as usize,
-        guc::CASR_PERCENTILE_INSERT.get(),
-    )
-    .unwrap_or_else(|_| WindowCalibrator::for_insert());
-    let calibrator = WindowCalibrator::new(cal_key.0.max(1) as usize, f64::from_bits(cal_key.1))
-        .unwrap_or_else(|_| WindowCalibrator::for_search());
     let open = Rc::new(OpenIndex {
         index: opened,
         build_id,
         dir: dir.clone(),
-        calibrator: Mutex::new(calibrator),
-        calibrator_key: cal_key,
+        casr_windows: Cell::new([None; 2]),
         counters: Mutex::new(SearchCounters::default()),
         scans: Mutex::new(0),
-        insert_calibrator: Mutex::new(insert_calibrator),
         lock_key,
         spare_reader: RefCell::new(None),
     });
@@ -380,7 +404,7 @@ fn start(open: Rc<OpenIndex>, query: &[f32]) -> Running {
     params.list = open.index.widened_list(params.list);
     let mut calibrating = false;
     if casr_on {
-        match open.calibrator.lock().unwrap().window() {
+        match open.casr_window(Caller::Search) {
             Some(w) => params.casr = CasrMode::Window(w),
             None => calibrating = true,
         }
@@ -456,7 +480,7 @@ pub unsafe extern "C-unwind" fn amgettuple(
     };
     if run.calibrating && passes_before == 0 && cursor.passes() > 0 {
         if let Some(w) = cursor.calibration_sample() {
-            run.open.calibrator.lock().unwrap().record_window(w);
+            run.open.record_casr_sample(Caller::Search, w);
         }
         run.calibrating = false;
     }

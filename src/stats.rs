@@ -4,6 +4,7 @@
 use crate::errors::raise;
 use crate::scan;
 use crate::sidefiles;
+use navis_engine::cache::Caller;
 use navis_engine::storage::state::{Counter, Field};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -42,8 +43,9 @@ fn with_index_locked<R>(
     }
 }
 
-/// Everything about one navis index: sizes, build parameters, the CASR window calibrated in
-/// this backend and the engine counters summed over this backend's scans.
+/// Everything about one navis index: sizes, build parameters, the search CASR window at this
+/// session's settings and the warm-up samples behind it (pooled by all backends since the
+/// server started), and the engine counters summed over this backend's scans.
 #[pg_extern(volatile, parallel_unsafe)]
 #[allow(clippy::type_complexity)]
 fn navis_index_stats(
@@ -84,7 +86,8 @@ fn navis_index_stats(
         let files = open.index.files();
         let m = files.manifest();
         let entrance_vertices = open.index.entrance().len() as i64;
-        let cal = open.calibrator.lock().unwrap();
+        let casr_window = open.casr_window(Caller::Search);
+        let casr_samples = open.casr_samples(Caller::Search);
         let c = *open.counters.lock().unwrap();
         let scans = *open.scans.lock().unwrap();
         let resident = files
@@ -106,8 +109,8 @@ fn navis_index_stats(
             round6(m.params.entrance_ratio as f64),
             m.params.entrance_degree as i32,
             entrance_vertices,
-            cal.window().map(|w| w as i32),
-            cal.samples() as i64,
+            casr_window.map(|w| w as i32),
+            casr_samples as i64,
             scans as i64,
             c.hops as i64,
             c.edge_pages_read as i64,

@@ -62,3 +62,27 @@ SELECT id FROM f ORDER BY embedding <-> (array_fill(0, ARRAY[783]) || '{NaN}'::r
 SELECT scans > 100 AS counted_scans, hops > 0 AS counted_hops, rerank_vector_loads > 0 AS counted_loads
 FROM navis_index_stats('f_l2');
 SELECT navis_index_stats('f'::regclass);
+-- CASR calibration is pooled by all backends of the server: warm-up searches in one session
+-- calibrate the index for every later session, which then reranks with the window at once
+CREATE TABLE c AS SELECT id, embedding FROM f WHERE id < 2000;
+CREATE INDEX c_l2 ON c USING navis (embedding);
+SET navis.casr_warmup = 20;
+SET enable_seqscan = off;
+SELECT casr_window IS NULL AS uncalibrated, casr_warmup_samples FROM navis_index_stats('c_l2');
+SELECT count(*) FROM q CROSS JOIN LATERAL
+  (SELECT c.id FROM c ORDER BY c.embedding <-> q.embedding LIMIT 10) n WHERE q.id < 20;
+SELECT casr_window BETWEEN 1 AND 40 AS calibrated, casr_warmup_samples FROM navis_index_stats('c_l2');
+\c
+SET navis.casr_warmup = 20;
+SET enable_seqscan = off;
+-- a new backend: calibrated before its first search, and its searches add no samples
+SELECT casr_window BETWEEN 1 AND 40 AS calibrated, casr_warmup_samples, scans FROM navis_index_stats('c_l2');
+SELECT count(*) FROM q CROSS JOIN LATERAL
+  (SELECT c.id FROM c ORDER BY c.embedding <-> q.embedding LIMIT 10) n WHERE q.id < 10;
+SELECT casr_warmup_samples, scans FROM navis_index_stats('c_l2');
+-- a longer warm-up setting is not calibrated yet, and its searches add to the same sample
+SET navis.casr_warmup = 25;
+SELECT casr_window IS NULL AS uncalibrated FROM navis_index_stats('c_l2');
+SELECT count(*) FROM q CROSS JOIN LATERAL
+  (SELECT c.id FROM c ORDER BY c.embedding <-> q.embedding LIMIT 10) n WHERE q.id < 5;
+SELECT casr_window BETWEEN 1 AND 40 AS calibrated, casr_warmup_samples FROM navis_index_stats('c_l2');

@@ -12,7 +12,8 @@
 //! ```text
 //! header (4096 bytes, u32 words): 0-1 magic "NAVISESH" | 2 version | 3 metric code | 4 dim
 //!   5 max_degree | 6 record words | 7 zero | 8-9 epoch u64 | 10-11 ratio f64 | 12 alpha f32
-//!   13 count (published members) | 14 start (local id)
+//!   13 count (published members) | 14 start (local id) | 15 zero
+//!   16-399 search CASR calibration histogram | 400-783 insert CASR calibration histogram
 //! record i at 4096 + i * record bytes, u32 words:
 //!   0 seq (even when the list is stable) | 1 list length | 2 global vertex id | 3 zero
 //!   4.. max_degree neighbour local ids | then dim f32 vector
@@ -22,8 +23,17 @@
 //! record is written completely before `count` publishes it (release), and its vector never
 //! changes afterwards. Neighbour lists are replaced under a per-record sequence lock: readers
 //! retry a list they saw change. Readers skip neighbour ids at or beyond the `count` they read.
+//!
+//! CASR calibration is pooled here too, so that a backend does not spend its first
+//! `navis.casr_warmup` searches or inserts reranking every candidate when others have already
+//! calibrated the same index (PostgreSQL backends are often short-lived). Each histogram
+//! counts warm-up reranks by their minimal safe window (bucket `w`, windows above the last
+//! bucket in the last); every backend adds its warm-up samples with an atomic increment and
+//! reads the window at its own percentile once the index-wide count reaches its warm-up. Like
+//! the rest of the file it is volatile: after a restart the first warm-up reranks fill it again.
 
 use super::{EntranceError, EntranceGraph, EntranceView, EntrySearch, PromotionPlan, NEW_VERTEX};
+use crate::cache::Caller;
 use crate::distance::Metric;
 use crate::VertexId;
 use memmap2::{MmapOptions, MmapRaw};
@@ -40,6 +50,11 @@ const VERSION: u32 = 1;
 const HEADER_BYTES: usize = 4096;
 const W_COUNT: usize = 13;
 const W_START: usize = 14;
+/// First word of the search calibration histogram; the insert histogram follows it.
+const W_CALIBRATION: usize = 16;
+/// Buckets per calibration histogram: windows 1..=382 exactly, 383 for anything larger.
+pub const CALIBRATION_BUCKETS: usize = 384;
+const _: () = assert!((W_CALIBRATION + 2 * CALIBRATION_BUCKETS) * 4 <= HEADER_BYTES);
 /// Words before the list in a record.
 const R_LIST: usize = 4;
 /// Address space reserved per mapping; the file grows inside it.
@@ -212,6 +227,51 @@ impl SharedEntrance {
 
     pub fn ratio(&self) -> f64 {
         self.ratio
+    }
+
+    fn histogram_word(caller: Caller, bucket: usize) -> usize {
+        let first = match caller {
+            Caller::Search => W_CALIBRATION,
+            Caller::Insert => W_CALIBRATION + CALIBRATION_BUCKETS,
+        };
+        first + bucket.min(CALIBRATION_BUCKETS - 1)
+    }
+
+    /// Adds one warm-up rerank of `caller`'s path, whose minimal safe window was `needed`, to
+    /// the index-wide calibration sample.
+    pub fn record_calibration(&self, caller: Caller, needed: usize) {
+        self.word(Self::histogram_word(caller, needed.max(1)))
+            .fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Index-wide warm-up samples of `caller`'s path, and the window at `percentile` once
+    /// there are at least `warmup` of them (the nearest-rank percentile, as
+    /// [`crate::casr::percentile`] computes it over the same samples).
+    pub fn calibration(
+        &self,
+        caller: Caller,
+        warmup: usize,
+        percentile: f64,
+    ) -> (u64, Option<usize>) {
+        let counts: Vec<u64> = (0..CALIBRATION_BUCKETS)
+            .map(|b| {
+                self.word(Self::histogram_word(caller, b))
+                    .load(Ordering::Relaxed) as u64
+            })
+            .collect();
+        let total: u64 = counts.iter().sum();
+        if total == 0 || total < warmup.max(1) as u64 {
+            return (total, None);
+        }
+        let rank = ((percentile * total as f64 / 100.0).ceil() as u64).clamp(1, total);
+        let mut seen = 0;
+        for (bucket, &count) in counts.iter().enumerate() {
+            seen += count;
+            if seen >= rank {
+                return (total, Some(bucket.max(1)));
+            }
+        }
+        (total, Some(CALIBRATION_BUCKETS - 1))
     }
 
     fn word(&self, index: usize) -> &AtomicU32 {
@@ -425,6 +485,61 @@ mod tests {
         let g = EntranceGraph::build(&data, dim, Metric::L2, &params, &BuildControl::default())
             .unwrap();
         (data, g)
+    }
+
+    #[test]
+    fn calibration_is_pooled_across_mappings_and_matches_the_percentile_of_the_samples() {
+        let (_, g) = graph(500, 8);
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("entrance.shm");
+        SharedEntrance::create(&path, &g, 1).unwrap();
+        // Two mappings stand for two backends.
+        let (a, b) = (
+            SharedEntrance::open(&path).unwrap(),
+            SharedEntrance::open(&path).unwrap(),
+        );
+        assert_eq!(a.calibration(Caller::Search, 1, 99.0), (0, None));
+        let samples: Vec<usize> = (0..200).map(|i| 1 + (i * 37) % 60).collect();
+        for (i, &w) in samples.iter().enumerate() {
+            let (by, other) = if i % 2 == 0 { (&a, &b) } else { (&b, &a) };
+            by.record_calibration(Caller::Search, w);
+            let (total, window) = other.calibration(Caller::Search, 200, 99.0);
+            assert_eq!(
+                total,
+                i as u64 + 1,
+                "each increment is seen by the other mapping"
+            );
+            assert_eq!(
+                window.is_some(),
+                i == 199,
+                "no window before the warm-up is complete"
+            );
+        }
+        for p in [50.0, 90.0, 99.0, 100.0] {
+            let expected = crate::casr::percentile(&mut samples.clone(), p);
+            assert_eq!(
+                a.calibration(Caller::Search, 200, p),
+                (200, Some(expected)),
+                "P{p}"
+            );
+        }
+        // A smaller warm-up setting already has its window; the insert path is separate.
+        assert!(b.calibration(Caller::Search, 10, 90.0).1.is_some());
+        assert_eq!(b.calibration(Caller::Insert, 1, 90.0), (0, None));
+        // Windows beyond the last bucket are counted in it; zero counts as one.
+        b.record_calibration(Caller::Insert, 5000);
+        assert_eq!(
+            a.calibration(Caller::Insert, 1, 100.0),
+            (1, Some(CALIBRATION_BUCKETS - 1))
+        );
+        b.record_calibration(Caller::Insert, 0);
+        assert_eq!(a.calibration(Caller::Insert, 2, 50.0), (2, Some(1)));
+        // The members are untouched by calibration.
+        assert_eq!(a.ids(), g.ids());
+        // A rebuilt file starts a new sample.
+        SharedEntrance::create(&path, &g, 2).unwrap();
+        let c = SharedEntrance::open(&path).unwrap();
+        assert_eq!(c.calibration(Caller::Search, 1, 99.0), (0, None));
     }
 
     #[test]
