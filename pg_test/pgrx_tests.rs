@@ -127,6 +127,7 @@ fn gucs_have_paper_defaults() {
         ("navis.casr_percentile_insert", "90"),
         ("navis.casr_warmup", "1000"),
         ("navis.casr", "on"),
+        ("navis.direct_io", "on"),
         ("navis.max_scan_tuples", "20000"),
         // NAVIS-Cache (postmaster settings, present because the test server preloads navis)
         ("navis.cache_size", "64MB"),

@@ -23,6 +23,8 @@ pub static CASR_PERCENTILE_INSERT: GucSetting<f64> = GucSetting::<f64>::new(90.0
 pub static CASR_WARMUP: GucSetting<i32> = GucSetting::<i32>::new(1000);
 /// `navis.casr`: switch CASR off to rerank every explored candidate (ablation).
 pub static CASR_ENABLED: GucSetting<bool> = GucSetting::<bool>::new(true);
+/// `navis.direct_io`: read side files with O_DIRECT (on) or through the page cache (off).
+pub static DIRECT_IO: GucSetting<bool> = GucSetting::<bool>::new(true);
 /// `navis.max_scan_tuples`: bound on rows an ordered scan may produce when the executor keeps
 /// asking for more (LIMIT above the list, or a selective WHERE), like `hnsw.max_scan_tuples`.
 pub static MAX_SCAN_TUPLES: GucSetting<i32> = GucSetting::<i32>::new(20_000);
@@ -117,6 +119,16 @@ pub fn register() {
         &CASR_WARMUP,
         1,
         1_000_000,
+    );
+    GucRegistry::define_bool_guc(
+        c"navis.direct_io",
+        c"Read navis side files with O_DIRECT (on) or through the operating system's page cache (off).",
+        c"On keeps edge pages and vectors out of the page cache (NAVIS-Cache holds the hot edge \
+          pages); off lets the page cache hold them too, which pays when index and table fit in \
+          memory (benchmarks/results/compare.md).",
+        &DIRECT_IO,
+        GucContext::Userset,
+        GucFlags::default(),
     );
     GucRegistry::define_bool_guc(
         c"navis.casr",

@@ -42,7 +42,8 @@ pub struct OpenIndex {
     /// The files, io_uring queue and buffers of this backend's last finished reader, for the
     /// next scan or insert (a reader per statement would cost two opens, an io_uring setup
     /// and fresh buffers every time).
-    spare_reader: RefCell<Option<SpareReader>>,
+    /// With the `navis.direct_io` setting it was opened under.
+    spare_reader: RefCell<Option<(bool, SpareReader)>>,
 }
 
 impl OpenIndex {
@@ -86,7 +87,10 @@ impl OpenIndex {
 
     /// A reader over this index, reusing the spare one when there is one.
     pub fn reader(&self) -> DiskReader<'_> {
+        let direct = guc::DIRECT_IO.get();
+        navis_engine::io::set_direct_io(direct);
         let spare = self.spare_reader.borrow_mut().take();
+        let spare = spare.and_then(|(was_direct, s)| (was_direct == direct).then_some(s));
         match self.index.reader_reusing(spare) {
             Ok(r) => r,
             Err(e) => raise(
@@ -101,7 +105,7 @@ impl OpenIndex {
     /// error may have interrupted the reader's work.
     pub fn recycle(&self, reader: DiskReader<'_>) {
         if !std::thread::panicking() {
-            *self.spare_reader.borrow_mut() = Some(reader.into_spare());
+            *self.spare_reader.borrow_mut() = Some((guc::DIRECT_IO.get(), reader.into_spare()));
         }
     }
 

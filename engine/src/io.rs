@@ -23,6 +23,7 @@ use std::io;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::Path;
+use std::sync::atomic::{AtomicU8, Ordering};
 
 /// One 4 KiB buffer aligned for O_DIRECT. `Vec<AlignedPage>` is a contiguous, aligned
 /// multi-page buffer; `bytemuck::cast_slice_mut` views it as bytes.
@@ -59,12 +60,25 @@ pub struct IoOptions {
     pub direct: bool,
 }
 
+/// 0: O_DIRECT as `NAVIS_DIRECT` says; 1: on; 2: off (see [`set_direct_io`]).
+static DIRECT_IO_SETTING: AtomicU8 = AtomicU8::new(0);
+
+/// Chooses O_DIRECT (`true`) or the page cache for the readers this process opens from now
+/// on, over `NAVIS_DIRECT` (PostgreSQL's `navis.direct_io`).
+pub fn set_direct_io(direct: bool) {
+    DIRECT_IO_SETTING.store(if direct { 1 } else { 2 }, Ordering::Relaxed);
+}
+
 impl IoOptions {
     /// Defaults overridden by `NAVIS_IO` (`pread`, `io_uring` or `auto`) and `NAVIS_DIRECT`
-    /// (`0` disables O_DIRECT).
+    /// (`0` disables O_DIRECT), itself overridden by [`set_direct_io`].
     pub fn from_env(queue_depth: u32) -> io::Result<IoOptions> {
         let io_var = std::env::var("NAVIS_IO").ok();
-        let direct_var = std::env::var("NAVIS_DIRECT").ok();
+        let direct_var = match DIRECT_IO_SETTING.load(Ordering::Relaxed) {
+            1 => Some("on".to_owned()),
+            2 => Some("off".to_owned()),
+            _ => std::env::var("NAVIS_DIRECT").ok(),
+        };
         Self::from_values(queue_depth, io_var.as_deref(), direct_var.as_deref())
     }
 
