@@ -76,13 +76,14 @@ pub unsafe extern "C-unwind" fn aminsert(
             Some("All vectors in a navis index must have the same number of dimensions."),
         )
     }
+    let list = guc::INSERT_LIST.get().max(1) as usize;
     let casr_window = if guc::CASR_ENABLED.get() {
-        open.casr_window(Caller::Insert)
+        open.casr_window(Caller::Insert, list)
     } else {
         None
     };
     let params = InsertParams {
-        list: guc::INSERT_LIST.get().max(1) as usize,
+        list,
         beam_width: guc::BEAM_WIDTH.get().max(1) as usize,
         entry_list: guc::ENTRY_POINTS.get().max(1) as usize,
         rerank_k: guc::RERANK_TOP_K.get().max(1) as usize,
@@ -99,7 +100,7 @@ pub unsafe extern "C-unwind" fn aminsert(
         Ok(report) => {
             if casr_window.is_none() && guc::CASR_ENABLED.get() {
                 if let Some(w) = report.calibration_sample {
-                    open.record_casr_sample(Caller::Insert, w);
+                    open.record_casr_sample(Caller::Insert, list, w);
                 }
             }
         }

@@ -13,6 +13,7 @@ use crate::errors::raise;
 use crate::guc;
 use crate::sidefiles;
 use navis_engine::cache::Caller;
+use navis_engine::casr::WindowCalibrator;
 use navis_engine::counters::SearchCounters;
 use navis_engine::index::{DiskReader, Index, SpareReader};
 use navis_engine::search::{CasrMode, SearchCursor, SearchParams};
@@ -26,14 +27,22 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::Mutex;
 
+/// `navis.casr_warmup` and the bits of the path's percentile setting.
+type CalibrationSettings = (i32, u64);
+/// A CASR window found for (warm-up, percentile bits, search list): (.., .., .., window).
+type KnownWindow = (i32, u64, usize, usize);
+
 /// An opened index and its per-backend runtime state.
 pub struct OpenIndex {
     pub index: Index,
     pub build_id: u64,
     pub dir: PathBuf,
-    /// CASR windows this backend has read from the index-wide calibration, by path, with
-    /// the settings (warm-up, percentile bits) they were read for.
-    casr_windows: Cell<[Option<(i32, u64, usize)>; 2]>,
+    /// The last CASR window this backend found per path, with the settings (warm-up,
+    /// percentile bits) and search list it was found for.
+    casr_windows: Cell<[Option<KnownWindow>; 2]>,
+    /// Per-backend calibration of lists the pooled one does not serve, by (path, list), with
+    /// the settings (warm-up, percentile bits) each was made with.
+    local_calibrators: RefCell<HashMap<(usize, usize), (CalibrationSettings, WindowCalibrator)>>,
     /// Engine counters summed over this backend's scans of the index.
     pub counters: Mutex<SearchCounters>,
     pub scans: Mutex<u64>,
@@ -47,42 +56,77 @@ pub struct OpenIndex {
 }
 
 impl OpenIndex {
-    /// The CASR window of `caller`'s path at the current `navis.casr_warmup` and percentile,
-    /// once the index-wide warm-up sample (pooled by all backends in the shared entrance
-    /// file) is complete; `None` while it is not: the rerank then loads every candidate and
-    /// its minimal safe window goes to [`OpenIndex::record_casr_sample`].
-    pub fn casr_window(&self, caller: Caller) -> Option<usize> {
+    /// The CASR window of `caller`'s path with search list `list` at the current
+    /// `navis.casr_warmup` and percentile, once its warm-up is complete; `None` while it is
+    /// not: the rerank then loads every candidate and its minimal safe window goes to
+    /// [`OpenIndex::record_casr_sample`]. The warm-up is pooled by all backends (in the shared
+    /// entrance file) for the first list calibrated; other lists calibrate in this backend.
+    pub fn casr_window(&self, caller: Caller, list: usize) -> Option<usize> {
         let (warmup, percentile) = casr_settings(caller);
         let slot = caller as usize;
         let mut known = self.casr_windows.get();
-        if let Some((w_warmup, w_percentile, window)) = known[slot] {
-            if (w_warmup, w_percentile) == (warmup, percentile.to_bits()) {
+        if let Some((w_warmup, w_percentile, w_list, window)) = known[slot] {
+            if (w_warmup, w_percentile, w_list) == (warmup, percentile.to_bits(), list) {
                 return Some(window);
             }
         }
-        let (_, window) =
+        let pooled =
             self.index
                 .entrance()
-                .calibration(caller, warmup.max(1) as usize, percentile);
+                .calibration(caller, list, warmup.max(1) as usize, percentile);
+        let window = match pooled {
+            Some((_, window)) => window,
+            None => self.local_calibration(caller, list, |c| c.window()),
+        };
         if let Some(w) = window {
-            known[slot] = Some((warmup, percentile.to_bits(), w));
+            known[slot] = Some((warmup, percentile.to_bits(), list, w));
             self.casr_windows.set(known);
         }
         window
     }
 
-    /// Adds a warm-up rerank's minimal safe window to the index-wide calibration sample.
-    pub fn record_casr_sample(&self, caller: Caller, needed: usize) {
-        self.index.entrance().record_calibration(caller, needed);
+    /// Adds a warm-up rerank's minimal safe window to the calibration sample of its list.
+    pub fn record_casr_sample(&self, caller: Caller, list: usize, needed: usize) {
+        if !self
+            .index
+            .entrance()
+            .record_calibration(caller, list, needed)
+        {
+            self.local_calibration(caller, list, |c| c.record_window(needed));
+        }
     }
 
-    /// Index-wide warm-up samples of `caller`'s path so far.
-    pub fn casr_samples(&self, caller: Caller) -> u64 {
+    /// Warm-up samples behind [`OpenIndex::casr_window`] so far.
+    pub fn casr_samples(&self, caller: Caller, list: usize) -> u64 {
         let (warmup, percentile) = casr_settings(caller);
-        self.index
+        match self
+            .index
             .entrance()
-            .calibration(caller, warmup.max(1) as usize, percentile)
-            .0
+            .calibration(caller, list, warmup.max(1) as usize, percentile)
+        {
+            Some((samples, _)) => samples,
+            None => self.local_calibration(caller, list, |c| c.samples() as u64),
+        }
+    }
+
+    /// This backend's own calibrator for a list the pooled sample does not serve, made anew
+    /// when the warm-up or percentile setting changed.
+    fn local_calibration<T>(
+        &self,
+        caller: Caller,
+        list: usize,
+        f: impl FnOnce(&mut WindowCalibrator) -> T,
+    ) -> T {
+        let (warmup, percentile) = casr_settings(caller);
+        let key = (warmup, percentile.to_bits());
+        let mut calibrators = self.local_calibrators.borrow_mut();
+        let entry = calibrators
+            .entry((caller as usize, list))
+            .or_insert_with(|| (key, new_calibrator(caller, warmup, percentile)));
+        if entry.0 != key {
+            *entry = (key, new_calibrator(caller, warmup, percentile));
+        }
+        f(&mut entry.1)
     }
 
     /// A reader over this index, reusing the spare one when there is one.
@@ -169,6 +213,13 @@ pub fn open_index(index: pg_sys::Relation) -> Rc<OpenIndex> {
     reopen(index, key, meta.build_id, dir)
 }
 
+fn new_calibrator(caller: Caller, warmup: i32, percentile: f64) -> WindowCalibrator {
+    WindowCalibrator::new(warmup.max(1) as usize, percentile).unwrap_or_else(|_| match caller {
+        Caller::Search => WindowCalibrator::for_search(),
+        Caller::Insert => WindowCalibrator::for_insert(),
+    })
+}
+
 /// `navis.casr_warmup` and the path's percentile setting.
 fn casr_settings(caller: Caller) -> (i32, f64) {
     let percentile = match caller {
@@ -239,6 +290,7 @@ fn reopen(
         build_id,
         dir: dir.clone(),
         casr_windows: Cell::new([None; 2]),
+        local_calibrators: RefCell::new(HashMap::new()),
         counters: Mutex::new(SearchCounters::default()),
         scans: Mutex::new(0),
         lock_key,
@@ -260,6 +312,8 @@ struct Running {
     reader: *mut DiskReader<'static>,
     open: Rc<OpenIndex>,
     calibrating: bool,
+    /// The search list whose calibration sample this scan's rerank joins.
+    calibration_list: usize,
     returned: u64,
     limit: u64,
     /// A read failed: the reader is not reused.
@@ -404,11 +458,13 @@ fn search_params() -> (SearchParams, bool) {
 
 fn start(open: Rc<OpenIndex>, query: &[f32]) -> Running {
     let (mut params, casr_on) = search_params();
+    // The setting's list, before widening: the calibration sample it belongs to.
+    let calibration_list = params.list;
     // Lazily deleted vertices take list places without being results: widen as NAVIS does.
     params.list = open.index.widened_list(params.list);
     let mut calibrating = false;
     if casr_on {
-        match open.casr_window(Caller::Search) {
+        match open.casr_window(Caller::Search, calibration_list) {
             Some(w) => params.casr = CasrMode::Window(w),
             None => calibrating = true,
         }
@@ -439,6 +495,7 @@ fn start(open: Rc<OpenIndex>, query: &[f32]) -> Running {
         reader,
         open,
         calibrating,
+        calibration_list,
         returned: 0,
         limit: guc::MAX_SCAN_TUPLES.get().max(1) as u64,
         failed: false,
@@ -484,7 +541,8 @@ pub unsafe extern "C-unwind" fn amgettuple(
     };
     if run.calibrating && passes_before == 0 && cursor.passes() > 0 {
         if let Some(w) = cursor.calibration_sample() {
-            run.open.record_casr_sample(Caller::Search, w);
+            run.open
+                .record_casr_sample(Caller::Search, run.calibration_list, w);
         }
         run.calibrating = false;
     }

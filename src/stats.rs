@@ -44,8 +44,9 @@ fn with_index_locked<R>(
 }
 
 /// Everything about one navis index: sizes, build parameters, the search CASR window at this
-/// session's settings and the warm-up samples behind it (pooled by all backends since the
-/// server started), and the engine counters summed over this backend's scans.
+/// session's settings (`navis.search_list`, warm-up, percentile) and the warm-up samples
+/// behind it (pooled by all backends since the server started, for the first list
+/// calibrated), and the engine counters summed over this backend's scans.
 #[pg_extern(volatile, parallel_unsafe)]
 #[allow(clippy::type_complexity)]
 fn navis_index_stats(
@@ -86,8 +87,9 @@ fn navis_index_stats(
         let files = open.index.files();
         let m = files.manifest();
         let entrance_vertices = open.index.entrance().len() as i64;
-        let casr_window = open.casr_window(Caller::Search);
-        let casr_samples = open.casr_samples(Caller::Search);
+        let list = crate::guc::SEARCH_LIST.get().max(1) as usize;
+        let casr_window = open.casr_window(Caller::Search, list);
+        let casr_samples = open.casr_samples(Caller::Search, list);
         let c = *open.counters.lock().unwrap();
         let scans = *open.scans.lock().unwrap();
         let resident = files

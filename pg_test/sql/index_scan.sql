@@ -86,6 +86,14 @@ SELECT casr_window IS NULL AS uncalibrated FROM navis_index_stats('c_l2');
 SELECT count(*) FROM q CROSS JOIN LATERAL
   (SELECT c.id FROM c ORDER BY c.embedding <-> q.embedding LIMIT 10) n WHERE q.id < 5;
 SELECT casr_window BETWEEN 1 AND 40 AS calibrated, casr_warmup_samples FROM navis_index_stats('c_l2');
+-- the window grows with the search list: another list does not use it, it calibrates apart
+SET navis.search_list = 80;
+SELECT casr_window IS NULL AS uncalibrated, casr_warmup_samples FROM navis_index_stats('c_l2');
+SELECT count(*) FROM q CROSS JOIN LATERAL
+  (SELECT c.id FROM c ORDER BY c.embedding <-> q.embedding LIMIT 10) n WHERE q.id < 3;
+SELECT casr_window IS NULL AS uncalibrated, casr_warmup_samples FROM navis_index_stats('c_l2');
+RESET navis.search_list;
+SELECT casr_warmup_samples FROM navis_index_stats('c_l2');
 -- navis.direct_io = off reads the side files through the page cache: the same rows
 RESET navis.casr_warmup;
 CREATE TABLE direct_rows AS SELECT * FROM knn('<->', 10, false);

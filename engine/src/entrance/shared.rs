@@ -13,7 +13,8 @@
 //! header (4096 bytes, u32 words): 0-1 magic "NAVISESH" | 2 version | 3 metric code | 4 dim
 //!   5 max_degree | 6 record words | 7 zero | 8-9 epoch u64 | 10-11 ratio f64 | 12 alpha f32
 //!   13 count (published members) | 14 start (local id) | 15 zero
-//!   16-399 search CASR calibration histogram | 400-783 insert CASR calibration histogram
+//!   16 search list of the search CASR calibration | 17-399 its histogram
+//!   400 insert list of the insert CASR calibration | 401-783 its histogram
 //! record i at 4096 + i * record bytes, u32 words:
 //!   0 seq (even when the list is stable) | 1 list length | 2 global vertex id | 3 zero
 //!   4.. max_degree neighbour local ids | then dim f32 vector
@@ -29,7 +30,9 @@
 //! calibrated the same index (PostgreSQL backends are often short-lived). Each histogram
 //! counts warm-up reranks by their minimal safe window (bucket `w`, windows above the last
 //! bucket in the last); every backend adds its warm-up samples with an atomic increment and
-//! reads the window at its own percentile once the index-wide count reaches its warm-up. Like
+//! reads the window at its own percentile once the index-wide count reaches its warm-up. The
+//! window grows with the search list, so a histogram serves only the list it was first
+//! recorded with (word 0 of each histogram); other lists calibrate per backend. Like
 //! the rest of the file it is volatile: after a restart the first warm-up reranks fill it again.
 
 use super::{EntranceError, EntranceGraph, EntranceView, EntrySearch, PromotionPlan, NEW_VERTEX};
@@ -237,23 +240,44 @@ impl SharedEntrance {
         first + bucket.min(CALIBRATION_BUCKETS - 1)
     }
 
-    /// Adds one warm-up rerank of `caller`'s path, whose minimal safe window was `needed`, to
-    /// the index-wide calibration sample.
-    pub fn record_calibration(&self, caller: Caller, needed: usize) {
+    /// Adds one warm-up rerank of `caller`'s path with search list `list`, whose minimal safe
+    /// window was `needed`, to the index-wide calibration sample. The window depends on the
+    /// list, so the sample belongs to the first list that records into it (kept in bucket 0,
+    /// which no window uses); for any other list nothing is recorded and `false` returned.
+    pub fn record_calibration(&self, caller: Caller, list: usize, needed: usize) -> bool {
+        let list = list.clamp(1, u32::MAX as usize) as u32;
+        let owner = self.word(Self::histogram_word(caller, 0));
+        match owner.compare_exchange(0, list, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => {}
+            Err(current) if current == list => {}
+            Err(_) => return false,
+        }
         self.word(Self::histogram_word(caller, needed.max(1)))
             .fetch_add(1, Ordering::Relaxed);
+        true
     }
 
-    /// Index-wide warm-up samples of `caller`'s path, and the window at `percentile` once
-    /// there are at least `warmup` of them (the nearest-rank percentile, as
+    /// For `caller`'s path with search list `list`: `None` when the index-wide sample belongs
+    /// to another list; else its warm-up samples and, once there are at least `warmup` of
+    /// them, the window at `percentile` (the nearest-rank percentile, as
     /// [`crate::casr::percentile`] computes it over the same samples).
     pub fn calibration(
         &self,
         caller: Caller,
+        list: usize,
         warmup: usize,
         percentile: f64,
-    ) -> (u64, Option<usize>) {
-        let counts: Vec<u64> = (0..CALIBRATION_BUCKETS)
+    ) -> Option<(u64, Option<usize>)> {
+        let owner = self
+            .word(Self::histogram_word(caller, 0))
+            .load(Ordering::Acquire) as usize;
+        if owner == 0 {
+            return Some((0, None));
+        }
+        if owner != list {
+            return None;
+        }
+        let counts: Vec<u64> = (1..CALIBRATION_BUCKETS)
             .map(|b| {
                 self.word(Self::histogram_word(caller, b))
                     .load(Ordering::Relaxed) as u64
@@ -261,17 +285,17 @@ impl SharedEntrance {
             .collect();
         let total: u64 = counts.iter().sum();
         if total == 0 || total < warmup.max(1) as u64 {
-            return (total, None);
+            return Some((total, None));
         }
         let rank = ((percentile * total as f64 / 100.0).ceil() as u64).clamp(1, total);
         let mut seen = 0;
-        for (bucket, &count) in counts.iter().enumerate() {
+        for (i, &count) in counts.iter().enumerate() {
             seen += count;
             if seen >= rank {
-                return (total, Some(bucket.max(1)));
+                return Some((total, Some(i + 1)));
             }
         }
-        (total, Some(CALIBRATION_BUCKETS - 1))
+        Some((total, Some(CALIBRATION_BUCKETS - 1)))
     }
 
     fn word(&self, index: usize) -> &AtomicU32 {
@@ -498,12 +522,13 @@ mod tests {
             SharedEntrance::open(&path).unwrap(),
             SharedEntrance::open(&path).unwrap(),
         );
-        assert_eq!(a.calibration(Caller::Search, 1, 99.0), (0, None));
+        let search = |e: &SharedEntrance, warmup, p| e.calibration(Caller::Search, 40, warmup, p);
+        assert_eq!(search(&a, 1, 99.0), Some((0, None)));
         let samples: Vec<usize> = (0..200).map(|i| 1 + (i * 37) % 60).collect();
         for (i, &w) in samples.iter().enumerate() {
             let (by, other) = if i % 2 == 0 { (&a, &b) } else { (&b, &a) };
-            by.record_calibration(Caller::Search, w);
-            let (total, window) = other.calibration(Caller::Search, 200, 99.0);
+            assert!(by.record_calibration(Caller::Search, 40, w));
+            let (total, window) = search(other, 200, 99.0).unwrap();
             assert_eq!(
                 total,
                 i as u64 + 1,
@@ -517,29 +542,33 @@ mod tests {
         }
         for p in [50.0, 90.0, 99.0, 100.0] {
             let expected = crate::casr::percentile(&mut samples.clone(), p);
-            assert_eq!(
-                a.calibration(Caller::Search, 200, p),
-                (200, Some(expected)),
-                "P{p}"
-            );
+            assert_eq!(search(&a, 200, p), Some((200, Some(expected))), "P{p}");
         }
-        // A smaller warm-up setting already has its window; the insert path is separate.
-        assert!(b.calibration(Caller::Search, 10, 90.0).1.is_some());
-        assert_eq!(b.calibration(Caller::Insert, 1, 90.0), (0, None));
-        // Windows beyond the last bucket are counted in it; zero counts as one.
-        b.record_calibration(Caller::Insert, 5000);
+        // A smaller warm-up setting already has its window.
+        assert!(search(&b, 10, 90.0).unwrap().1.is_some());
+        // Another search list neither reads nor adds to this sample.
+        assert_eq!(a.calibration(Caller::Search, 80, 1, 99.0), None);
+        assert!(!b.record_calibration(Caller::Search, 80, 7));
+        assert_eq!(search(&a, 200, 100.0).unwrap().0, 200);
+        // The insert path is separate; windows beyond the last bucket are counted in it, zero
+        // counts as one.
+        assert_eq!(a.calibration(Caller::Insert, 100, 1, 90.0), Some((0, None)));
+        assert!(b.record_calibration(Caller::Insert, 100, 5000));
         assert_eq!(
-            a.calibration(Caller::Insert, 1, 100.0),
-            (1, Some(CALIBRATION_BUCKETS - 1))
+            a.calibration(Caller::Insert, 100, 1, 100.0),
+            Some((1, Some(CALIBRATION_BUCKETS - 1)))
         );
-        b.record_calibration(Caller::Insert, 0);
-        assert_eq!(a.calibration(Caller::Insert, 2, 50.0), (2, Some(1)));
+        assert!(b.record_calibration(Caller::Insert, 100, 0));
+        assert_eq!(
+            a.calibration(Caller::Insert, 100, 2, 50.0),
+            Some((2, Some(1)))
+        );
         // The members are untouched by calibration.
         assert_eq!(a.ids(), g.ids());
         // A rebuilt file starts a new sample.
         SharedEntrance::create(&path, &g, 2).unwrap();
         let c = SharedEntrance::open(&path).unwrap();
-        assert_eq!(c.calibration(Caller::Search, 1, 99.0), (0, None));
+        assert_eq!(c.calibration(Caller::Search, 80, 1, 99.0), Some((0, None)));
     }
 
     #[test]
