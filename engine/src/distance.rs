@@ -97,26 +97,6 @@ pub fn cosine_distance_from_parts((dot, norm_a, norm_b): (f32, f32, f32)) -> f64
     1.0 - similarity.clamp(-1.0, 1.0)
 }
 
-/// Starts fetching `bytes` into the CPU cache (a hint: never faults, does nothing on other
-/// architectures). For data that a distance computation will read soon.
-#[inline]
-pub fn prefetch(bytes: &[u8]) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        const LINE: usize = 64;
-        let start = bytes.as_ptr() as usize & !(LINE - 1);
-        let end = bytes.as_ptr() as usize + bytes.len();
-        for line in (start..end).step_by(LINE) {
-            // SAFETY: a prefetch only hints the cache; it does not fault or read into the
-            // program, whatever the address. SSE is part of the x86_64 baseline.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(line as *const i8) };
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = bytes;
-}
-
 /// Scales `v` to unit length in place; returns false (and leaves `v` alone) for a zero vector,
 /// whose cosine distance to anything is undefined.
 pub fn normalize(v: &mut [f32]) -> bool {
@@ -386,16 +366,6 @@ mod avx2 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn prefetch_accepts_any_slice_and_changes_nothing() {
-        let data: Vec<u8> = (0..=255).collect();
-        for (start, len) in [(0, 0), (1, 96), (63, 2), (100, 156), (255, 1)] {
-            prefetch(&data[start..start + len]);
-        }
-        prefetch(&[]);
-        assert!(data.iter().enumerate().all(|(i, &b)| b as usize == i));
-    }
 
     /// Small deterministic generator so the test needs no dependencies.
     fn random_vectors(seed: u64, count: usize, dim: usize) -> Vec<Vec<f32>> {

@@ -938,12 +938,6 @@ impl IndexSource for DiskReader<'_> {
             .map_or(f32::INFINITY, |code| table.distance(code))
     }
 
-    fn prefetch_pq(&self, v: VertexId) {
-        if let Some(code) = self.index.files.pq_code(v) {
-            crate::distance::prefetch(code);
-        }
-    }
-
     fn is_empty(&self) -> bool {
         self.index.is_empty()
     }

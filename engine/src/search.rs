@@ -60,9 +60,6 @@ pub trait IndexSource {
     fn entry(&self, v: VertexId) -> Option<IndirEntry>;
     fn pq_table(&self, query: &[f32]) -> Self::PqTable;
     fn pq_distance(&self, table: &Self::PqTable, v: VertexId) -> f32;
-    /// Hints that `pq_distance` of `v` comes soon (a source whose codes are in memory starts
-    /// fetching them into the CPU cache). The default does nothing.
-    fn prefetch_pq(&self, _v: VertexId) {}
     /// Entry points for `query` from the entrance graph, closest first; adds the distances it
     /// computed to `counters.entrance_distances`.
     fn entry_points(
@@ -168,11 +165,6 @@ impl SearchParams {
         Ok(())
     }
 }
-
-/// How many neighbours ahead of the one being PQ-scored have their codes prefetched: enough
-/// to cover a memory latency with the work of scoring (tens of ns per code), few enough to
-/// stay within the CPU's outstanding-miss buffers.
-const PQ_PREFETCH_AHEAD: usize = 8;
 
 /// One search result.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -612,18 +604,8 @@ impl<'a, S: IndexSource> SearchCursor<'a, S> {
             }
         }
         self.page_buf = page_buf;
-        // The codes of a hop's few hundred neighbours are scattered over the whole codes file
-        // (96 MiB at 1M x 96 bytes), so each PQ distance would start with a cache miss: perf
-        // put three quarters of the search's own CPU time on the first load of a code at 1M
-        // rows. Fetching a few codes ahead overlaps those misses.
-        for &u in neighbours.iter().take(PQ_PREFETCH_AHEAD) {
-            self.source.prefetch_pq(u);
-        }
-        for i in 0..neighbours.len() {
-            if let Some(&ahead) = neighbours.get(i + PQ_PREFETCH_AHEAD) {
-                self.source.prefetch_pq(ahead);
-            }
-            self.score(neighbours[i]);
+        for u in neighbours {
+            self.score(u);
         }
         Ok(())
     }

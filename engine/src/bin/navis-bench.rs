@@ -645,9 +645,6 @@ impl IndexSource for Recorder<'_> {
     fn pq_distance(&self, table: &Self::PqTable, v: VertexId) -> f32 {
         self.inner.pq_distance(table, v)
     }
-    fn prefetch_pq(&self, v: VertexId) {
-        self.inner.prefetch_pq(v)
-    }
     fn entry_points(
         &self,
         query: &[f32],
