@@ -48,10 +48,9 @@ pub struct OpenIndex {
     pub scans: Mutex<u64>,
     /// Identity of the relation (tablespace, database, relfilenode) for its allocator lock.
     pub lock_key: u64,
-    /// The files, io_uring queue and buffers of this backend's last finished reader, for the
-    /// next scan or insert (a reader per statement would cost two opens, an io_uring setup
-    /// and fresh buffers every time).
-    /// With the `navis.direct_io` setting it was opened under.
+    /// The files, io_uring queue and buffers of this backend's last finished reader, with the
+    /// `navis.direct_io` setting it was kept under, for the next scan or insert (a reader per
+    /// statement would cost two opens, an io_uring setup and fresh buffers every time).
     spare_reader: RefCell<Option<(bool, SpareReader)>>,
 }
 
