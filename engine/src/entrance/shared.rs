@@ -277,22 +277,24 @@ impl SharedEntrance {
         if owner != list {
             return None;
         }
-        let counts: Vec<u64> = (1..CALIBRATION_BUCKETS)
-            .map(|b| {
-                self.word(Self::histogram_word(caller, b))
-                    .load(Ordering::Relaxed) as u64
-            })
-            .collect();
-        let total: u64 = counts.iter().sum();
+        // One snapshot of the counts (others may be adding), on the stack: this runs for every
+        // search while its list is calibrating.
+        let mut counts = [0u32; CALIBRATION_BUCKETS];
+        for (b, count) in counts.iter_mut().enumerate().skip(1) {
+            *count = self
+                .word(Self::histogram_word(caller, b))
+                .load(Ordering::Relaxed);
+        }
+        let total: u64 = counts.iter().map(|&c| c as u64).sum();
         if total == 0 || total < warmup.max(1) as u64 {
             return Some((total, None));
         }
         let rank = ((percentile * total as f64 / 100.0).ceil() as u64).clamp(1, total);
         let mut seen = 0;
-        for (i, &count) in counts.iter().enumerate() {
-            seen += count;
+        for (bucket, &count) in counts.iter().enumerate().skip(1) {
+            seen += count as u64;
             if seen >= rank {
-                return Some((total, Some(i + 1)));
+                return Some((total, Some(bucket)));
             }
         }
         Some((total, Some(CALIBRATION_BUCKETS - 1)))
