@@ -10,6 +10,9 @@
 //! navis-bench casr-sweep --index DIR --queries Q.fbin --gt GT.bin [--k 10] [--lists 40,80,160]
 //!                        [--percentiles 100,99,95,90,80] [--floors 0,15,20] [--warmup 1000]
 //!                        [--limit-queries N]
+//! navis-bench insert --index DIR --base X.fbin [--from N] [--to M] [--casr auto|off|W]
+//!                    [--casr-percentile 90] [--warmup 1000] [--insert-list 100] [--threads N]
+//!                    [--queries Q.fbin --gt GT.bin [--k 10] [--lists 20,40,80]]
 //! navis-bench cache-replay --trace DIR --cache-mb N[,N...] [--configs navis,lru,navis:random,navis:s4:w0.2]
 //! navis-bench distances [--iters N]
 //! ```
@@ -45,7 +48,8 @@ fn main() {
         Some("distances") => cmd_distances(&Args::parse(&args[1..])),
         Some("casr-sweep") => cmd_casr_sweep(&Args::parse(&args[1..])),
         Some("cache-replay") => cmd_cache_replay(&Args::parse(&args[1..])),
-        _ => Err("usage: navis-bench build|search|distances [options] (see source header)".into()),
+        Some("insert") => cmd_insert(&Args::parse(&args[1..])),
+        _ => Err("usage: navis-bench build|search|insert|casr-sweep|cache-replay|distances [options] (see source header)".into()),
     };
     if let Err(e) = result {
         eprintln!("navis-bench: {e}");
@@ -110,6 +114,30 @@ fn parse_metric(s: &str) -> Result<Metric> {
         "ip" => Ok(Metric::InnerProduct),
         other => Err(format!("unknown metric {other:?} (l2, cosine, ip)")),
     }
+}
+
+fn parse_lists(a: &Args, default: &str) -> Result<Vec<usize>> {
+    a.values
+        .get("lists")
+        .map_or(default, String::as_str)
+        .split(',')
+        .map(|s| {
+            s.trim()
+                .parse()
+                .map_err(|_| format!("--lists: bad value {s:?}"))
+        })
+        .collect()
+}
+
+fn parse_casr(a: &Args) -> Result<CasrSetting> {
+    Ok(match a.values.get("casr").map_or("auto", String::as_str) {
+        "auto" => CasrSetting::Auto,
+        "off" => CasrSetting::Off,
+        w => CasrSetting::Window(
+            w.parse()
+                .map_err(|_| format!("--casr: auto, off or a window, got {w:?}"))?,
+        ),
+    })
 }
 
 fn cmd_build(a: &Args) -> Result<()> {
@@ -241,25 +269,8 @@ fn cmd_search(a: &Args) -> Result<()> {
     let queries =
         read_fbin_rows(&qpath, limit_q).map_err(|e| format!("{}: {e}", qpath.display()))?;
     let gt = read_ground_truth(&gpath).map_err(|e| format!("{}: {e}", gpath.display()))?;
-    let lists: Vec<usize> = a
-        .values
-        .get("lists")
-        .map_or("20,40,80,160", String::as_str)
-        .split(',')
-        .map(|s| {
-            s.trim()
-                .parse()
-                .map_err(|_| format!("--lists: bad value {s:?}"))
-        })
-        .collect::<Result<_>>()?;
-    let casr = match a.values.get("casr").map_or("auto", String::as_str) {
-        "auto" => CasrSetting::Auto,
-        "off" => CasrSetting::Off,
-        w => CasrSetting::Window(
-            w.parse()
-                .map_err(|_| format!("--casr: auto, off or a window, got {w:?}"))?,
-        ),
-    };
+    let lists = parse_lists(a, "20,40,80,160")?;
+    let casr = parse_casr(a)?;
     let warmup: usize = a.num("warmup", 1000)?;
     // Percentile of the warm-up minimal safe windows (navis.casr_percentile_search).
     let casr_percentile: f64 = a.num("casr-percentile", casr::SEARCH_PERCENTILE)?;
@@ -521,7 +532,10 @@ fn run_queries(
                         let (hits, c) = index
                             .search(&mut reader, q, params, casr)
                             .map_err(|e| e.to_string())?;
-                        out.push((qi, hits.iter().map(|h| h.id).collect(), t0.elapsed()));
+                        // navis-bench builds and inserts row i with heap block i, so the
+                        // TID names the ground-truth row also after inserts and id reuse.
+                        let rows = hits.iter().map(|h| h.tid.block as VertexId).collect();
+                        out.push((qi, rows, t0.elapsed()));
                         total.merge(&c);
                     }
                     Ok((out, total))
@@ -567,6 +581,173 @@ fn run_queries(
         window: None,
         cache: None,
     })
+}
+
+/// Inserts rows `from..to` of `--base` into an index built from its first rows (row i gets
+/// heap block i) and reports what position seeking's CASR loaded against its explored set,
+/// then, with `--queries`/`--gt` (ground truth over all rows), the recall of searches that
+/// rerank everything, so two runs differing only in `--casr` compare the graphs the inserts
+/// built. The index directory is changed in place: copy it first to compare settings.
+fn cmd_insert(a: &Args) -> Result<()> {
+    use navis_engine::update::{recover, InsertParams, LocalLocks};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Mutex;
+
+    let dir = PathBuf::from(a.str("index")?);
+    let base = PathBuf::from(a.str("base")?);
+    let index = Index::open(&dir).map_err(|e| e.to_string())?;
+    let data = read_fbin_rows(&base, None).map_err(|e| format!("{}: {e}", base.display()))?;
+    if data.dim != index.dim() {
+        return Err(format!(
+            "base rows have {} dims, the index {}",
+            data.dim,
+            index.dim()
+        ));
+    }
+    let n = data.data.len() / data.dim;
+    let from: usize = a.num("from", index.len())?;
+    let to: usize = a.num("to", n)?.min(n);
+    if from >= to {
+        return Err(format!("nothing to insert: rows {from}..{to} of {n}"));
+    }
+    let casr = parse_casr(a)?;
+    let percentile: f64 = a.num("casr-percentile", casr::INSERT_PERCENTILE)?;
+    let warmup: usize = a.num("warmup", 1000)?;
+    let threads: usize = a.num("threads", 1)?;
+    let params = InsertParams {
+        list: a.num("insert-list", InsertParams::default().list)?,
+        ..InsertParams::default()
+    };
+    let locks = LocalLocks::new(1024);
+    recover(index.files(), &locks, 1).map_err(|e| e.to_string())?;
+    let calibrator = Mutex::new(WindowCalibrator::new(warmup, percentile)?);
+    let next = AtomicUsize::new(from);
+    // Per insert, in order of completion: (calibrating, counters).
+    let reports: Mutex<Vec<(bool, SearchCounters, u64)>> = Mutex::new(Vec::new());
+    let started = Instant::now();
+    std::thread::scope(|s| -> Result<()> {
+        let workers: Vec<_> = (0..threads.max(1))
+            .map(|_| {
+                s.spawn(|| -> Result<()> {
+                    let mut reader = index.reader().map_err(|e| e.to_string())?;
+                    loop {
+                        let row = next.fetch_add(1, Ordering::Relaxed);
+                        if row >= to {
+                            return Ok(());
+                        }
+                        let window = match casr {
+                            CasrSetting::Off => None,
+                            CasrSetting::Window(w) => Some(w),
+                            CasrSetting::Auto => calibrator.lock().expect("calibrator").window(),
+                        };
+                        let tid = HeapTid {
+                            block: row as u32,
+                            offset: 1,
+                        };
+                        let v = &data.data[row * data.dim..(row + 1) * data.dim];
+                        let p = InsertParams {
+                            casr_window: window,
+                            ..params
+                        };
+                        let r = index
+                            .insert(&mut reader, &locks, v, tid, p)
+                            .map_err(|e| format!("row {row}: {e}"))?;
+                        let calibrating = matches!(casr, CasrSetting::Auto) && window.is_none();
+                        if let (true, Some(w)) = (calibrating, r.calibration_sample) {
+                            calibrator.lock().expect("calibrator").record_window(w);
+                        }
+                        reports.lock().expect("reports").push((
+                            calibrating,
+                            r.search,
+                            r.pages_written,
+                        ));
+                    }
+                })
+            })
+            .collect();
+        for w in workers {
+            w.join().expect("insert thread panicked")?;
+        }
+        Ok(())
+    })?;
+    let elapsed = started.elapsed();
+    let reports = reports.into_inner().expect("reports");
+    let window = calibrator.into_inner().expect("calibrator").window();
+    println!(
+        "index {}: inserted rows {from}..{to} ({} inserts) with {threads} thread(s); insert list {}, rerank K {}; casr {casr:?}{}\n",
+        dir.display(),
+        to - from,
+        params.list,
+        params.rerank_k,
+        match (casr, window) {
+            (CasrSetting::Auto, Some(w)) => format!(", calibrated window {w} (P{percentile} of {warmup} warm-up inserts)"),
+            (CasrSetting::Auto, None) => ", warm-up never completed".to_string(),
+            _ => String::new(),
+        }
+    );
+    println!("| inserts | count | rows/s | explored set / insert | vectors loaded / insert | loads / explored | edge pages read / insert | edge pages written / insert |");
+    println!("|---|---|---|---|---|---|---|---|");
+    // (label, which inserts: None = all, Some(calibrating)).
+    let mut groups: Vec<(&str, Option<bool>)> = vec![("all", None)];
+    if matches!(casr, CasrSetting::Auto) {
+        groups.push(("warm-up (rerank all)", Some(true)));
+        groups.push(("after warm-up", Some(false)));
+    }
+    for &(name, group) in &groups {
+        let keep = |calibrating: bool| group.is_none_or(|g| g == calibrating);
+        let chosen: Vec<&(bool, SearchCounters, u64)> =
+            reports.iter().filter(|(c, _, _)| keep(*c)).collect();
+        if chosen.is_empty() {
+            continue;
+        }
+        let c = SearchCounters::sum(chosen.iter().map(|(_, c, _)| c));
+        let count = chosen.len() as f64;
+        let written: u64 = chosen.iter().map(|(_, _, w)| w).sum();
+        println!(
+            "| {name} | {} | {} | {:.1} | {:.1} | {:.1}% | {:.1} | {:.2} |",
+            chosen.len(),
+            if group.is_none() {
+                format!("{:.0}", count / elapsed.as_secs_f64())
+            } else {
+                "-".to_string()
+            },
+            c.explored_per_rerank(),
+            c.loads_per_rerank(),
+            100.0 * c.rerank_load_fraction(),
+            c.edge_pages_read as f64 / count,
+            written as f64 / count,
+        );
+    }
+    println!();
+    if let (Some(q), Some(g)) = (a.values.get("queries"), a.values.get("gt")) {
+        let queries = read_fbin_rows(PathBuf::from(q), None).map_err(|e| format!("{q}: {e}"))?;
+        let gt = read_ground_truth(PathBuf::from(g)).map_err(|e| format!("{g}: {e}"))?;
+        let k: usize = a.num("k", 10)?;
+        println!("Searches afterwards, every explored candidate reranked (CASR off):\n");
+        println!("| L | recall@{k} | edge pages / query |\n|---|---|---|");
+        for list in parse_lists(a, "20,40,80")? {
+            let p = SearchParams {
+                k,
+                list,
+                ..SearchParams::default()
+            };
+            let row = run_queries(
+                &index,
+                &queries.data,
+                queries.dim,
+                &gt,
+                p,
+                CasrSetting::Off,
+                1,
+            )?;
+            println!(
+                "| {list} | {:.4} | {:.1} |",
+                row.recall,
+                row.c.per_query(row.c.edge_pages_read)
+            );
+        }
+    }
+    Ok(())
 }
 
 fn cmd_distances(a: &Args) -> Result<()> {
