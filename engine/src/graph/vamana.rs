@@ -54,7 +54,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
 use super::prune::robust_prune;
-use super::search::{greedy_search_prefetching, row, SearchScratch};
+use super::search::{greedy_search_prefetching, row, SearchScratch, PREFETCH_AHEAD};
 use super::sq8::Sq8;
 use super::Graph;
 use crate::distance::{kernels, Metric};
@@ -571,11 +571,21 @@ impl<'a> Builder<'a> {
     /// Runs without holding v's lock; see the module comment on lost back edges.
     fn prune_list_of(&self, v: VertexId, alpha: f32, s: &mut WorkerScratch) {
         s.pool.clear();
-        // These lists were not touched by the search that led here: start all their misses.
-        if let Some(q) = &self.approx {
-            s.list.iter().for_each(|&u| prefetch_bytes(q.row(u)));
-        }
-        for &u in &s.list {
+        // These lists were not touched by the search that led here: their rows are cold,
+        // so they are prefetched a few rows ahead as in the greedy search.
+        let prefetch = |u: VertexId| {
+            if let Some(q) = &self.approx {
+                prefetch_bytes(q.row(u));
+            }
+        };
+        s.list
+            .iter()
+            .take(PREFETCH_AHEAD)
+            .for_each(|&u| prefetch(u));
+        for (i, &u) in s.list.iter().enumerate() {
+            if let Some(&next) = s.list.get(i + PREFETCH_AHEAD) {
+                prefetch(next);
+            }
             s.pool.push((u, self.prune_dist(v, u)));
         }
         let chosen = robust_prune(&mut s.pool, alpha, self.max_degree, |a, b| {
