@@ -21,7 +21,7 @@ D=$ROOT/benchmarks/data/$DATASET
 ROWS=$(od -An -tu4 -N4 "$D/base.fbin" | tr -d ' ')
 BUILD_ROWS=${2:-$((ROWS * 9 / 10))}
 OUT=$ROOT/benchmarks/data/insert-casr/$DATASET
-R=${R:-64}; L=${L:-100}
+R=${R:-64}; L=${L:-100}; THREADS=${THREADS:-1}  # THREADS: build threads only
 
 cargo build --release --quiet --manifest-path "$ROOT/Cargo.toml" -p navis-engine --bin navis-bench
 B=$ROOT/target/release/navis-bench
@@ -29,9 +29,9 @@ B=$ROOT/target/release/navis-bench
 mkdir -p "$OUT"
 if [ ! -s "$OUT/built-$BUILD_ROWS/manifest" ]; then
     rm -rf "$OUT/built-$BUILD_ROWS"
-    echo "## build: first $BUILD_ROWS of $ROWS rows (R=$R, L=$L, 1 thread)"
+    echo "## build: first $BUILD_ROWS of $ROWS rows (R=$R, L=$L, $THREADS thread(s))"
     "$B" build --base "$D/base.fbin" --out "$OUT/built-$BUILD_ROWS" --limit "$BUILD_ROWS" \
-        --max-degree "$R" --build-list "$L" --threads 1 | grep -E "total|overlap"
+        --max-degree "$R" --build-list "$L" --threads "$THREADS" | grep -E "total|overlap"
 fi
 for casr in auto off; do
     rm -rf "$OUT/$casr"
