@@ -21,6 +21,7 @@ mod sidefiles;
 mod stats;
 mod vacuum;
 mod vector_sql;
+mod wal;
 
 ::pgrx::pg_module_magic!(name, version);
 
@@ -31,6 +32,7 @@ pub extern "C-unwind" fn _PG_init() {
     guc::register();
     options::register();
     shmem::request_if_preloading();
+    wal::register();
     sidefiles::register();
 }
 

@@ -55,6 +55,9 @@ pub struct MetaPage {
     pub dir_name: [u8; 64],
 }
 
+// The META WAL record carries exactly these bytes (src/wal/records.rs documents them).
+const _: () = assert!(std::mem::size_of::<MetaPage>() == crate::wal::records::META_IMAGE_LEN);
+
 impl MetaPage {
     pub fn dir_name(&self) -> String {
         let end = self
@@ -153,10 +156,11 @@ pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
     fs::File::open(dir)?.sync_all()
 }
 
-/// Writes the metapage as block 0 of the (empty) main fork, WAL-logged as a full page image.
+/// Writes the metapage as block 0 of the (empty) main fork, WAL-logged as a navis `META`
+/// record (`wal::log_metapage`, RFC 0001 §4).
 pub fn write_metapage(index: pg_sys::Relation, meta: &MetaPage) {
     // SAFETY: standard buffer-manager protocol on the index being built: extend the fork by
-    // one page (P_NEW), lock it, fill it inside a GenericXLog record and release it.
+    // one page (P_NEW), lock it, fill and log it, release it.
     unsafe {
         let buf = pg_sys::ReadBufferExtended(
             index,
@@ -175,16 +179,11 @@ pub fn write_metapage(index: pg_sys::Relation, meta: &MetaPage) {
                 None,
             );
         }
-        let state = pg_sys::GenericXLogStart(index);
-        let page =
-            pg_sys::GenericXLogRegisterBuffer(state, buf, pg_sys::GENERIC_XLOG_FULL_IMAGE as i32);
-        pg_sys::PageInit(page, pg_sys::BLCKSZ as usize, 0);
-        let header = page as *mut pg_sys::PageHeaderData;
-        let contents = (page as *mut u8).add(std::mem::size_of::<pg_sys::PageHeaderData>());
-        std::ptr::write_unaligned(contents as *mut MetaPage, *meta);
-        (*header).pd_lower =
-            (contents.add(std::mem::size_of::<MetaPage>()) as usize - page as usize) as u16;
-        pg_sys::GenericXLogFinish(state);
+        let bytes = std::slice::from_raw_parts(
+            meta as *const MetaPage as *const u8,
+            std::mem::size_of::<MetaPage>(),
+        );
+        crate::wal::log_metapage(index, buf, bytes);
         pg_sys::UnlockReleaseBuffer(buf);
     }
 }

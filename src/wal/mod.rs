@@ -1,0 +1,168 @@
+//! navis's WAL resource manager (RFC 0001 §4–§5): registration, the records the primary
+//! writes, and their redo. Record formats are documented in [`records`]; redo is in
+//! [`redo`]. This module is the only place that calls `XLogInsert` for navis.
+//!
+//! The resource manager exists only when navis is in `shared_preload_libraries`
+//! (`RegisterCustomRmgr` is allowed only then). Every server that replays navis WAL (crash
+//! recovery, a standby, a PITR restore) must preload navis; PostgreSQL stops replay with
+//! "resource manager with ID 128 not registered" otherwise. The writes that need the rmgr
+//! (CREATE INDEX and everything after it) already refuse to run without the preload.
+
+pub mod records;
+mod redo;
+
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+use records::RecordType;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// The custom resource-manager id. 128 is PostgreSQL's `RM_EXPERIMENTAL_ID`; a registered id
+/// from the wiki's "CustomWALResourceManagers" page replaces it before the first release
+/// (RFC 0001 §8), which changes nothing else here.
+pub const RM_NAVIS_ID: u8 = 128;
+
+/// `InvalidSubTransactionId`, which the bindings do not export.
+const INVALID_SUBXACT: pg_sys::SubTransactionId = 0;
+
+static REGISTERED: AtomicBool = AtomicBool::new(false);
+
+// SAFETY (for the static): PostgreSQL keeps the pointer and only reads the table; nothing
+// writes it after initialisation.
+static mut NAVIS_RMGR: pg_sys::RmgrData = pg_sys::RmgrData {
+    rm_name: c"navis".as_ptr(),
+    rm_redo: Some(redo::navis_redo),
+    rm_desc: Some(navis_desc),
+    rm_identify: Some(navis_identify),
+    rm_startup: None,
+    rm_cleanup: None,
+    rm_mask: None,
+    rm_decode: None,
+};
+
+/// Registers the resource manager. Called from `_PG_init`; does nothing unless the library
+/// is being preloaded, the only time PostgreSQL accepts a custom rmgr.
+pub fn register() {
+    // SAFETY: `_PG_init` runs single-threaded; RegisterCustomRmgr copies nothing and keeps
+    // the pointer to the static table, which lives as long as the library.
+    unsafe {
+        if !pg_sys::process_shared_preload_libraries_in_progress {
+            return;
+        }
+        pg_sys::RegisterCustomRmgr(RM_NAVIS_ID, std::ptr::addr_of_mut!(NAVIS_RMGR));
+    }
+    REGISTERED.store(true, Ordering::Relaxed);
+}
+
+/// Whether this process can write navis WAL (it inherited the preload's registration).
+pub fn is_registered() -> bool {
+    REGISTERED.load(Ordering::Relaxed)
+}
+
+/// `RelationNeedsWAL`: a permanent relation, unless `wal_level = minimal` and the relfilenode
+/// is new in this transaction (PostgreSQL then fsyncs it at commit instead).
+pub fn relation_needs_wal(rel: pg_sys::Relation) -> bool {
+    // SAFETY: `rel` is an open relation; the fields read are plain relcache data.
+    unsafe {
+        let permanent = (*(*rel).rd_rel).relpersistence == pg_sys::RELPERSISTENCE_PERMANENT as i8;
+        let wal_needed = pg_sys::wal_level >= pg_sys::WalLevel::WAL_LEVEL_REPLICA as i32;
+        permanent
+            && (wal_needed
+                || ((*rel).rd_createSubid == INVALID_SUBXACT
+                    && (*rel).rd_firstRelfilenodeSubid == INVALID_SUBXACT))
+    }
+}
+
+/// Sets `pd_lsn` (PostgreSQL's `PageSetLSN`).
+///
+/// # Safety
+/// `page` must point at a page PostgreSQL laid out (a locked buffer's page).
+pub unsafe fn page_set_lsn(page: pg_sys::Page, lsn: pg_sys::XLogRecPtr) {
+    // SAFETY: per the function's contract the page starts with a PageHeaderData.
+    unsafe {
+        let header = page as *mut pg_sys::PageHeaderData;
+        (*header).pd_lsn.xlogid = (lsn >> 32) as u32;
+        (*header).pd_lsn.xrecoff = lsn as u32;
+    }
+}
+
+/// Writes `contents` behind the header of the freshly extended, exclusively locked block 0
+/// of `index` and logs it as a `META` record (RFC 0001 §4) in one critical section.
+///
+/// # Safety
+/// `buf` must be block 0 of `index`, pinned and exclusively locked by the caller.
+pub unsafe fn log_metapage(index: pg_sys::Relation, buf: pg_sys::Buffer, contents: &[u8]) {
+    debug_assert_eq!(contents.len(), records::META_IMAGE_LEN);
+    if !is_registered() {
+        crate::errors::raise_not_preloaded("writing a navis index");
+    }
+    // SAFETY: the caller holds the exclusive lock on `buf`; the critical section turns any
+    // error between the page change and the WAL insert into a PANIC, which is what keeps a
+    // changed page from ever lacking its record. Nothing inside allocates or can fail but
+    // XLogInsert itself.
+    unsafe {
+        let page = pg_sys::BufferGetPage(buf);
+        pg_sys::CritSectionCount += 1;
+        redo::fill_metapage(page, contents);
+        pg_sys::MarkBufferDirty(buf);
+        if relation_needs_wal(index) {
+            pg_sys::XLogBeginInsert();
+            pg_sys::XLogRegisterData(
+                contents.as_ptr() as *mut std::ffi::c_char,
+                contents.len() as i32,
+            );
+            pg_sys::XLogRegisterBuffer(
+                0,
+                buf,
+                (pg_sys::REGBUF_WILL_INIT | pg_sys::REGBUF_STANDARD) as u8,
+            );
+            let lsn = pg_sys::XLogInsert(RM_NAVIS_ID, records::XLOG_NAVIS_META);
+            page_set_lsn(page, lsn);
+        }
+        pg_sys::CritSectionCount -= 1;
+    }
+}
+
+/// The record's `xl_info` byte and main data.
+///
+/// # Safety
+/// `record` must be the reader state PostgreSQL passes to an rmgr callback, positioned on a
+/// decoded record.
+pub(crate) unsafe fn record_info_and_data<'a>(
+    record: *mut pg_sys::XLogReaderState,
+) -> (u8, &'a [u8]) {
+    // SAFETY: XLogRecGetInfo / XLogRecGetData / XLogRecGetDataLen, spelled out: the decoded
+    // record stays valid for the duration of the callback that borrows it.
+    unsafe {
+        let decoded = (*record).record;
+        let info = (*decoded).header.xl_info;
+        let len = (*decoded).main_data_len as usize;
+        let data = if len == 0 {
+            &[][..]
+        } else {
+            std::slice::from_raw_parts((*decoded).main_data as *const u8, len)
+        };
+        (info, data)
+    }
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn navis_desc(
+    buf: pg_sys::StringInfo,
+    record: *mut pg_sys::XLogReaderState,
+) {
+    // SAFETY: PostgreSQL passes a valid StringInfo and the decoded record being described.
+    unsafe {
+        let (info, data) = record_info_and_data(record);
+        let text = records::describe(info, data);
+        let text = std::ffi::CString::new(text).unwrap_or_default();
+        pg_sys::appendStringInfoString(buf, text.as_ptr());
+    }
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn navis_identify(info: u8) -> *const std::ffi::c_char {
+    match RecordType::from_info(info) {
+        Some(t) => t.identify().as_ptr(),
+        None => std::ptr::null(),
+    }
+}
