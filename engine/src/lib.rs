@@ -15,10 +15,12 @@ pub mod graph;
 pub mod index;
 pub mod io;
 pub mod kmeans;
+pub mod pages;
 pub mod placement;
 pub mod pq;
 pub mod search;
 pub mod storage;
+pub mod store;
 pub mod update;
 pub mod vector;
 

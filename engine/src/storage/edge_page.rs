@@ -111,38 +111,15 @@ impl EdgePageLayout {
                 self.slots_per_page
             )));
         }
-        if owner == FREE_OWNER {
-            return Err(StorageError::invalid(
-                "vertex id u32::MAX is reserved for free slots",
-            ));
-        }
-        if neighbours.len() > self.max_degree {
-            return Err(StorageError::invalid(format!(
-                "vertex {owner} has {} neighbours, more than max_degree {}",
-                neighbours.len(),
-                self.max_degree
-            )));
-        }
         let at = self.slot_offset(slot);
-        put_u32(page, at, owner);
-        put_u16(page, at + 4, neighbours.len() as u16);
-        put_u16(page, at + 6, 0);
-        let ids = &mut page[at + SLOT_HEADER_SIZE..at + self.slot_size];
-        for (i, chunk) in ids.chunks_exact_mut(4).enumerate() {
-            let id = neighbours.get(i).copied().unwrap_or(u32::MAX);
-            chunk.copy_from_slice(&id.to_le_bytes());
-        }
-        Ok(())
+        write_slot(&mut page[at..at + self.slot_size], owner, neighbours)
     }
 
     /// Marks `slot` free. The old neighbour ids are overwritten so a freed slot carries no
     /// stale list that a buggy reader could mistake for live data.
     pub fn free_slot(&self, page: &mut [u8], slot: usize) {
         let at = self.slot_offset(slot);
-        put_u32(page, at, FREE_OWNER);
-        put_u16(page, at + 4, 0);
-        put_u16(page, at + 6, 0);
-        page[at + SLOT_HEADER_SIZE..at + self.slot_size].fill(0xFF);
+        clear_slot(&mut page[at..at + self.slot_size]);
     }
 
     /// Recomputes the live-slot count and the checksum. Must be the last change before the
@@ -220,14 +197,7 @@ impl EdgePageLayout {
     /// make the view read outside the slot.
     pub fn slot<'a>(&self, page: &'a [u8], slot: usize) -> EdgeSlotRef<'a> {
         let at = self.slot_offset(slot);
-        let owner = read_u32(page, at);
-        let degree = read_u16(page, at + 4) as usize;
-        let ids = &page[at + SLOT_HEADER_SIZE..at + self.slot_size];
-        EdgeSlotRef {
-            owner,
-            degree,
-            ids: &ids[..degree.min(self.max_degree) * 4],
-        }
+        read_slot(&page[at..at + self.slot_size])
     }
 
     /// The slot's edge list if `expected` still owns it; `None` means the list moved or the
@@ -243,6 +213,57 @@ impl EdgePageLayout {
         }
         let view = self.slot(page, slot);
         (view.owner == expected).then_some(view)
+    }
+}
+
+// The slot codec, on exactly one slot's bytes (`8 + 4 * max_degree`, so max_degree is implied
+// by the length). Shared with `pages::edge`, whose 8 KiB pages hold the same slots.
+
+/// Stores `neighbours` as `owner`'s edge list in `slot`.
+pub(crate) fn write_slot(
+    slot: &mut [u8],
+    owner: VertexId,
+    neighbours: &[VertexId],
+) -> Result<(), StorageError> {
+    let max_degree = (slot.len() - SLOT_HEADER_SIZE) / 4;
+    if owner == FREE_OWNER {
+        return Err(StorageError::invalid(
+            "vertex id u32::MAX is reserved for free slots",
+        ));
+    }
+    if neighbours.len() > max_degree {
+        return Err(StorageError::invalid(format!(
+            "vertex {owner} has {} neighbours, more than max_degree {max_degree}",
+            neighbours.len(),
+        )));
+    }
+    put_u32(slot, 0, owner);
+    put_u16(slot, 4, neighbours.len() as u16);
+    put_u16(slot, 6, 0);
+    for (i, chunk) in slot[SLOT_HEADER_SIZE..].chunks_exact_mut(4).enumerate() {
+        let id = neighbours.get(i).copied().unwrap_or(u32::MAX);
+        chunk.copy_from_slice(&id.to_le_bytes());
+    }
+    Ok(())
+}
+
+/// Marks `slot` free and overwrites its old neighbour ids.
+pub(crate) fn clear_slot(slot: &mut [u8]) {
+    put_u32(slot, 0, FREE_OWNER);
+    put_u16(slot, 4, 0);
+    put_u16(slot, 6, 0);
+    slot[SLOT_HEADER_SIZE..].fill(0xFF);
+}
+
+/// View of `slot`, its degree clamped to the slot's capacity so that an unverified page
+/// cannot make the view read outside the slot.
+pub(crate) fn read_slot(slot: &[u8]) -> EdgeSlotRef<'_> {
+    let max_degree = (slot.len() - SLOT_HEADER_SIZE) / 4;
+    let degree = read_u16(slot, 4) as usize;
+    EdgeSlotRef {
+        owner: read_u32(slot, 0),
+        degree,
+        ids: &slot[SLOT_HEADER_SIZE..SLOT_HEADER_SIZE + degree.min(max_degree) * 4],
     }
 }
 

@@ -85,11 +85,11 @@ impl IndirEntry {
     }
 }
 
-fn encode_edge_word(edge: EdgeLocation, flags: u16) -> u64 {
+pub(crate) fn encode_edge_word(edge: EdgeLocation, flags: u16) -> u64 {
     edge.page as u64 | (edge.slot as u64) << 32 | (flags as u64) << 48
 }
 
-fn decode_edge_word(word: u64) -> (EdgeLocation, u16) {
+pub(crate) fn decode_edge_word(word: u64) -> (EdgeLocation, u16) {
     let edge = EdgeLocation {
         page: word as u32,
         slot: (word >> 32) as u16,
