@@ -15,6 +15,7 @@ mod guc;
 mod insert;
 mod options;
 mod pgvector;
+mod relstore;
 mod scan;
 mod shmem;
 mod sidefiles;

@@ -145,6 +145,56 @@ pub(crate) unsafe fn record_info_and_data<'a>(
     }
 }
 
+/// One block reference of a record: its relation, fork and block.
+#[derive(Clone, Copy)]
+pub(crate) struct BlockRef {
+    pub id: u8,
+    pub node: pg_sys::RelFileNode,
+    pub fork: pg_sys::ForkNumber::Type,
+    pub block: pg_sys::BlockNumber,
+}
+
+/// The record's block references in id order.
+///
+/// # Safety
+/// As for [`record_info_and_data`].
+pub(crate) unsafe fn block_refs(record: *mut pg_sys::XLogReaderState) -> Vec<BlockRef> {
+    // SAFETY: XLogRecMaxBlockId and XLogRecGetBlockTagExtended on the decoded record; ids
+    // that are not in use return false and are skipped.
+    unsafe {
+        let max = (*(*record).record).max_block_id;
+        let mut refs = Vec::new();
+        for id in 0..=max.max(-1) {
+            let mut r = BlockRef {
+                id: id as u8,
+                node: pg_sys::RelFileNode::default(),
+                fork: pg_sys::ForkNumber::MAIN_FORKNUM,
+                block: 0,
+            };
+            if pg_sys::XLogRecGetBlockTagExtended(
+                record,
+                id as u8,
+                &mut r.node,
+                &mut r.fork,
+                &mut r.block,
+                std::ptr::null_mut(),
+            ) {
+                refs.push(r);
+            }
+        }
+        refs
+    }
+}
+
+/// (first block, count) when the references are consecutive blocks of one fork.
+fn consecutive_blocks(refs: &[BlockRef]) -> Option<(u32, usize)> {
+    let first = refs.first()?;
+    refs.iter()
+        .enumerate()
+        .all(|(i, r)| r.block == first.block + i as u32 && r.fork == first.fork)
+        .then_some((first.block, refs.len()))
+}
+
 #[pg_guard]
 unsafe extern "C-unwind" fn navis_desc(
     buf: pg_sys::StringInfo,
@@ -153,7 +203,8 @@ unsafe extern "C-unwind" fn navis_desc(
     // SAFETY: PostgreSQL passes a valid StringInfo and the decoded record being described.
     unsafe {
         let (info, data) = record_info_and_data(record);
-        let text = records::describe(info, data);
+        let blocks = consecutive_blocks(&block_refs(record));
+        let text = records::describe(info, data, blocks);
         let text = std::ffi::CString::new(text).unwrap_or_default();
         pg_sys::appendStringInfoString(buf, text.as_ptr());
     }

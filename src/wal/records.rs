@@ -24,9 +24,26 @@
 //!
 //! Redo: zero and lock block 0 (`XLogInitBufferForRedo`), `PageInit`, copy the contents
 //! behind the header, set `pd_lower` after them, `PageSetLSN`, mark dirty.
+//!
+//! ## `BULK_IMAGES` (0x20): whole bulk pages, written around the buffer manager
+//!
+//! Written by `relstore::append_bulk_pages` for pages that are never in shared_buffers (edge
+//! and vector pages, RFC 0001 §2). No main data. Block references 0..n-1 (n ≤ 32), one per
+//! page, each registered with `XLogRegisterBlock(..., REGBUF_FORCE_IMAGE | REGBUF_STANDARD)`:
+//! a full-page image without the hole between `pd_lower` and `pd_upper` (the unused tail of the
+//! payload), so `pg_waldump` shows the relation and block of every page, `wal_compression`
+//! applies and `pg_rewind` sees the changed blocks.
+//!
+//! Redo, for each reference: restore the image (`RestoreBlockImage`), stamp the record's end
+//! LSN and the checksum, `XLogFlush` that LSN (in recovery this advances `minRecoveryPoint`, as
+//! `FlushBuffer` does, so a restarted standby never opens with bulk pages newer than its
+//! consistent point), then `smgrextend` (zero-filling any gap) or `smgrwrite`. Applied
+//! unconditionally: the image is the whole page, so replay repairs a torn write.
 
 /// `xl_info` high nibble of the metapage record.
 pub const XLOG_NAVIS_META: u8 = 0x00;
+/// `xl_info` high nibble of a bulk-page record.
+pub const XLOG_NAVIS_BULK_IMAGES: u8 = 0x20;
 
 /// The bits of `xl_info` that belong to the resource manager.
 pub const XLR_RMGR_INFO_MASK: u8 = 0xF0;
@@ -35,6 +52,7 @@ pub const XLR_RMGR_INFO_MASK: u8 = 0xF0;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RecordType {
     Meta,
+    BulkImages,
 }
 
 impl RecordType {
@@ -42,6 +60,7 @@ impl RecordType {
     pub fn from_info(info: u8) -> Option<RecordType> {
         match info & XLR_RMGR_INFO_MASK {
             XLOG_NAVIS_META => Some(RecordType::Meta),
+            XLOG_NAVIS_BULK_IMAGES => Some(RecordType::BulkImages),
             _ => None,
         }
     }
@@ -51,6 +70,7 @@ impl RecordType {
     pub fn identify(self) -> &'static std::ffi::CStr {
         match self {
             RecordType::Meta => c"META",
+            RecordType::BulkImages => c"BULK_IMAGES",
         }
     }
 }
@@ -103,8 +123,17 @@ impl MetaImage {
 }
 
 /// `rm_desc`'s text for a record: what a DBA reading `pg_walinspect` needs to recognise it.
-pub fn describe(info: u8, data: &[u8]) -> String {
+/// `blocks` is the record's block references as (first block, count) when they are
+/// consecutive, which is how bulk records are written.
+pub fn describe(info: u8, data: &[u8], blocks: Option<(u32, usize)>) -> String {
     match RecordType::from_info(info) {
+        Some(RecordType::BulkImages) => match blocks {
+            Some((first, 1)) => format!("1 page: block {first}"),
+            Some((first, n)) => {
+                format!("{n} pages: blocks {first}..{}", first as u64 + n as u64 - 1)
+            }
+            None => "pages at non-consecutive blocks".to_string(),
+        },
         Some(RecordType::Meta) => match MetaImage::decode(data) {
             Some(m) => m.describe(),
             None => format!("truncated metapage image of {} bytes", data.len()),

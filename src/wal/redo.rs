@@ -29,6 +29,8 @@ pub(super) unsafe extern "C-unwind" fn navis_redo(record: *mut pg_sys::XLogReade
     match RecordType::from_info(info) {
         // SAFETY: a META record always carries block reference 0, the metapage.
         Some(RecordType::Meta) => unsafe { redo_meta(record, data) },
+        // SAFETY: a BULK_IMAGES record's block references all carry full images.
+        Some(RecordType::BulkImages) => unsafe { redo_bulk_images(record) },
         None => pgrx::error!(
             "navis redo: unknown record type {:#04x}; this WAL was written by a newer navis",
             info & records::XLR_RMGR_INFO_MASK
@@ -55,5 +57,30 @@ unsafe fn redo_meta(record: *mut pg_sys::XLogReaderState, data: &[u8]) {
         super::page_set_lsn(page, (*record).EndRecPtr);
         pg_sys::MarkBufferDirty(buf);
         pg_sys::UnlockReleaseBuffer(buf);
+    }
+}
+
+/// `BULK_IMAGES`: write every page image around the buffer manager, as the primary did
+/// (records.rs gives the steps and why they are safe).
+unsafe fn redo_bulk_images(record: *mut pg_sys::XLogReaderState) {
+    let mut page = crate::relstore::AlignedBlock::zeroed();
+    // SAFETY: each reference is restored into our own aligned block and written through an
+    // smgr handle of the referenced relation; the startup process is the only writer.
+    unsafe {
+        let lsn = (*record).EndRecPtr;
+        // Advance minRecoveryPoint before any page newer than it reaches disk.
+        pg_sys::XLogFlush(lsn);
+        for r in super::block_refs(record) {
+            if !pg_sys::RestoreBlockImage(record, r.id, page.as_mut_ptr()) {
+                pgrx::error!(
+                    "navis redo: BULK_IMAGES block reference {} has no usable image",
+                    r.id
+                );
+            }
+            super::page_set_lsn(page.as_mut_ptr().cast(), lsn);
+            let smgr = pg_sys::smgropen(r.node, pg_sys::InvalidBackendId);
+            pg_sys::smgrcreate(smgr, r.fork, true);
+            crate::relstore::write_block_at(smgr, r.fork, r.block, page.as_mut_ptr());
+        }
     }
 }

@@ -1,0 +1,223 @@
+//! The index's main fork as navis's page store (RFC 0001 §2 and §5): bulk pages written
+//! through smgr with WAL, never through shared_buffers, and the paths of the fork's 1 GiB
+//! segment files that the engine reads them from with O_DIRECT.
+//!
+//! Why not the buffer manager: edge and vector pages are read with O_DIRECT and io_uring in
+//! batches per search hop, with NAVIS-Cache in front. A copy in shared_buffers would double
+//! the caching and, worse, could be written back over a newer smgr write. So a bulk block is
+//! never read into shared_buffers, and navis does for it what `bufmgr` does for a buffer:
+//! WAL first, `pd_lsn` set to the record, checksum, write with an fsync request, all inside
+//! `DELAY_CHKPT_START` so no checkpoint can complete between the record and the write.
+
+// The write path is exercised by pg_test (bulk_pages_are_logged_and_read_back_with_o_direct)
+// and by redo; the build and insert paths move onto it in stage 3 of RFC 0001. Until then a
+// non-test build would warn that nothing calls it.
+#![cfg_attr(not(any(test, feature = "pg_test")), allow(dead_code))]
+
+use crate::wal;
+use pgrx::pg_sys;
+use std::path::PathBuf;
+
+/// Bytes per block (PostgreSQL's BLCKSZ).
+pub const BLOCK_SIZE: usize = pg_sys::BLCKSZ as usize;
+/// Blocks per segment file (PostgreSQL's RELSEG_SIZE: 1 GiB of 8 KiB blocks).
+pub const SEGMENT_BLOCKS: u32 = pg_sys::RELSEG_SIZE;
+/// Pages per bulk record: `XLR_MAX_BLOCK_ID + 1` block references, as `log_newpage_range`.
+pub const PAGES_PER_RECORD: usize = 32;
+
+/// Path of segment `segment` of the main fork, relative to the data directory (the backend's
+/// working directory): `base/16384/16390`, then `base/16384/16390.1`, ...
+pub fn segment_path(rel: pg_sys::Relation, segment: u32) -> PathBuf {
+    // SAFETY: `rel` is an open relation; GetRelationPath returns a palloc'd C string that is
+    // copied before being freed.
+    let base = unsafe {
+        let node = (*rel).rd_node;
+        let p = pg_sys::GetRelationPath(
+            node.dbNode,
+            node.spcNode,
+            node.relNode,
+            (*rel).rd_backend,
+            pg_sys::ForkNumber::MAIN_FORKNUM,
+        );
+        let s = std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned();
+        pg_sys::pfree(p.cast());
+        s
+    };
+    if segment == 0 {
+        PathBuf::from(base)
+    } else {
+        PathBuf::from(format!("{base}.{segment}"))
+    }
+}
+
+// The engine lays out pages and segments for exactly this server build.
+const _: () = assert!(BLOCK_SIZE == navis_engine::pages::BLOCK_SIZE);
+const _: () = assert!(SEGMENT_BLOCKS == navis_engine::store::RELSEG_BLOCKS);
+
+/// The segment file holding `block` and the byte offset of the block in it.
+pub fn block_location(block: u32) -> (u32, u64) {
+    navis_engine::store::segment_of(block)
+}
+
+/// Blocks in the main fork.
+pub fn nblocks(rel: pg_sys::Relation) -> u32 {
+    // SAFETY: `rel` is open; smgrnblocks asks the storage manager (cached per relation).
+    unsafe {
+        pg_sys::smgrnblocks(
+            pg_sys::RelationGetSmgr(rel),
+            pg_sys::ForkNumber::MAIN_FORKNUM,
+        )
+    }
+}
+
+/// Appends `pages` (each `BLOCK_SIZE` bytes, laid out as PostgreSQL pages with `pd_lower`
+/// marking the end of their data) at the end of the main fork, WAL-logged as `BULK_IMAGES`
+/// records of up to [`PAGES_PER_RECORD`] pages, and returns the first new block. The pages
+/// are stamped with their record's LSN and checksum in place.
+pub fn append_bulk_pages(rel: pg_sys::Relation, pages: &mut [u8]) -> u32 {
+    assert_eq!(pages.len() % BLOCK_SIZE, 0, "bulk pages are whole blocks");
+    let needs_wal = wal::relation_needs_wal(rel);
+    // SAFETY: the relation extension lock serialises appends with every other extender of
+    // this fork; it is released on ERROR by the transaction's lock cleanup.
+    unsafe { pg_sys::LockRelationForExtension(rel, pg_sys::ExclusiveLock as i32) };
+    let first = nblocks(rel);
+    for (chunk_no, chunk) in pages.chunks_mut(BLOCK_SIZE * PAGES_PER_RECORD).enumerate() {
+        let chunk_first = first + (chunk_no * PAGES_PER_RECORD) as u32;
+        // SAFETY: see write_logged; the blocks are new, so nothing else can address them.
+        unsafe { write_logged(rel, chunk_first, chunk, needs_wal) };
+    }
+    // SAFETY: taken above.
+    unsafe { pg_sys::UnlockRelationForExtension(rel, pg_sys::ExclusiveLock as i32) };
+    first
+}
+
+/// Logs `pages` (consecutive blocks from `first`) in one `BULK_IMAGES` record and writes
+/// them at the end of the fork (RFC 0001 §5): flag the checkpoint delay, insert the record,
+/// stamp LSN and checksum, extend through smgr with an fsync request, clear the flag.
+///
+/// # Safety
+/// `rel` must be open with the blocks reserved to the caller (extension lock, or a slot the
+/// allocator handed out); at most [`PAGES_PER_RECORD`] pages.
+unsafe fn write_logged(rel: pg_sys::Relation, first: u32, pages: &mut [u8], needs_wal: bool) {
+    let n = pages.len() / BLOCK_SIZE;
+    debug_assert!((1..=PAGES_PER_RECORD).contains(&n));
+    // SAFETY: XLogEnsureRecordSpace must run outside a critical section; the rest follows
+    // PostgreSQL's own protocol for non-buffered writes (log_newpage + smgr, as a sorted
+    // nbtree build does) with DELAY_CHKPT_START covering the window between the record and
+    // the write. MyProc is this backend's PGPROC.
+    unsafe {
+        let smgr = pg_sys::RelationGetSmgr(rel);
+        if needs_wal {
+            pg_sys::XLogEnsureRecordSpace(PAGES_PER_RECORD as i32 - 1, 0);
+            (*pg_sys::MyProc).delayChkptFlags |= pg_sys::DELAY_CHKPT_START as i32;
+        }
+        // An ERROR between here and the write (an I/O error) must not leave the flag set, or
+        // every later checkpoint would wait for this backend forever.
+        let pages = std::panic::AssertUnwindSafe(pages);
+        pgrx::PgTryBuilder::new(move || {
+            let pages = pages;
+            let pages: &mut [u8] = pages.0;
+            log_and_write(rel, smgr, first, n, pages, needs_wal)
+        })
+        .finally(|| {
+            if needs_wal {
+                (*pg_sys::MyProc).delayChkptFlags &= !(pg_sys::DELAY_CHKPT_START as i32);
+            }
+        })
+        .execute();
+    }
+}
+
+/// The body of [`write_logged`] inside its checkpoint-delay window.
+///
+/// # Safety
+/// As for [`write_logged`]; called only from it.
+unsafe fn log_and_write(
+    rel: pg_sys::Relation,
+    smgr: pg_sys::SMgrRelation,
+    first: u32,
+    n: usize,
+    pages: &mut [u8],
+    needs_wal: bool,
+) {
+    // SAFETY: see write_logged.
+    unsafe {
+        if needs_wal {
+            pg_sys::XLogBeginInsert();
+            let mut node = (*rel).rd_node;
+            for i in 0..n {
+                let page = pages[i * BLOCK_SIZE..].as_mut_ptr();
+                pg_sys::XLogRegisterBlock(
+                    i as u8,
+                    &mut node,
+                    pg_sys::ForkNumber::MAIN_FORKNUM,
+                    first + i as u32,
+                    page.cast(),
+                    (pg_sys::REGBUF_FORCE_IMAGE | pg_sys::REGBUF_STANDARD) as u8,
+                );
+            }
+            let lsn = pg_sys::XLogInsert(wal::RM_NAVIS_ID, wal::records::XLOG_NAVIS_BULK_IMAGES);
+            for i in 0..n {
+                wal::page_set_lsn(pages[i * BLOCK_SIZE..].as_mut_ptr().cast(), lsn);
+            }
+        }
+        for i in 0..n {
+            let block = first + i as u32;
+            let page = pages[i * BLOCK_SIZE..].as_mut_ptr();
+            pg_sys::PageSetChecksumInplace(page.cast(), block);
+            pg_sys::smgrextend(
+                smgr,
+                pg_sys::ForkNumber::MAIN_FORKNUM,
+                block,
+                page.cast(),
+                false,
+            );
+        }
+    }
+}
+
+/// One block-aligned page buffer (O_DIRECT needs the alignment; smgr does not mind it).
+#[repr(C, align(4096))]
+pub struct AlignedBlock([u8; BLOCK_SIZE]);
+
+impl AlignedBlock {
+    pub fn zeroed() -> Box<AlignedBlock> {
+        Box::new(AlignedBlock([0; BLOCK_SIZE]))
+    }
+
+    pub fn as_mut_ptr(&mut self) -> *mut std::ffi::c_char {
+        self.0.as_mut_ptr().cast()
+    }
+
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        &mut self.0
+    }
+}
+
+/// Stamps the checksum and writes `page` as `block`, extending the fork with zero pages up
+/// to it when it lies beyond the end (as `XLogReadBufferExtended` does in redo).
+///
+/// # Safety
+/// `smgr` must be an open smgr relation whose `fork` exists; `page` is `BLOCK_SIZE` bytes.
+pub unsafe fn write_block_at(
+    smgr: pg_sys::SMgrRelation,
+    fork: pg_sys::ForkNumber::Type,
+    block: u32,
+    page: *mut std::ffi::c_char,
+) {
+    // SAFETY: per the contract; zero pages are valid "new" pages to PostgreSQL.
+    unsafe {
+        pg_sys::PageSetChecksumInplace(page.cast(), block);
+        let mut end = pg_sys::smgrnblocks(smgr, fork);
+        if block < end {
+            pg_sys::smgrwrite(smgr, fork, block, page, false);
+            return;
+        }
+        let mut zero = AlignedBlock::zeroed();
+        while end < block {
+            pg_sys::smgrextend(smgr, fork, end, zero.as_mut_ptr(), false);
+            end += 1;
+        }
+        pg_sys::smgrextend(smgr, fork, block, page, false);
+    }
+}
