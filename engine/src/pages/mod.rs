@@ -50,7 +50,9 @@
 
 pub mod codes;
 pub mod edge;
+pub mod extent;
 pub mod indirection;
+pub mod meta;
 pub mod page_table;
 pub mod vector;
 
