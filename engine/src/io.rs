@@ -119,14 +119,14 @@ pub struct IoStats {
 
 /// One read of a batch: `buf.len()` bytes at `offset`, of which the first `needed` must
 /// arrive (the rest may lie past the end of the file).
-struct ReadReq<'a> {
-    file: &'a File,
-    offset: u64,
-    buf: &'a mut [u8],
-    needed: usize,
+pub(crate) struct ReadReq<'a> {
+    pub(crate) file: &'a File,
+    pub(crate) offset: u64,
+    pub(crate) buf: &'a mut [u8],
+    pub(crate) needed: usize,
 }
 
-enum Backend {
+pub(crate) enum Backend {
     // Boxed: the ring handle is a few hundred bytes and the reader is moved around.
     Uring(Box<IoUring>),
     Pread,
@@ -406,7 +406,7 @@ fn invalid(message: &str) -> io::Error {
 /// Opens `path` read-only, with O_DIRECT when asked and accepted. O_DIRECT can be refused at
 /// open (EINVAL) or only at the first read, so an accepted open is probed with one aligned
 /// read.
-fn open_for_reading(path: &Path, direct: bool) -> io::Result<(File, bool)> {
+pub(crate) fn open_for_reading(path: &Path, direct: bool) -> io::Result<(File, bool)> {
     let buffered = || File::open(path).map(|f| (f, false));
     if !direct {
         return buffered();
@@ -428,7 +428,7 @@ fn open_for_reading(path: &Path, direct: bool) -> io::Result<(File, bool)> {
     }
 }
 
-fn run_batch(
+pub(crate) fn run_batch(
     backend: &mut Backend,
     queue_depth: usize,
     stats: &mut IoStats,

@@ -19,6 +19,7 @@ pub mod pages;
 pub mod placement;
 pub mod pq;
 pub mod search;
+pub mod segments;
 pub mod storage;
 pub mod store;
 pub mod update;

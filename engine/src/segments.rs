@@ -1,0 +1,265 @@
+//! Batched reads of a relation fork's blocks straight from its segment files (RFC 0001 §2):
+//! the read side of the PostgreSQL store, and of a [`crate::store::FileStore`] file, which is
+//! laid out like segment 0.
+//!
+//! Block `b` lives in segment file `b / segment_blocks` (`<base>`, `<base>.1`, `<base>.2`, ...)
+//! at byte `(b % segment_blocks) * 8192`. Segment files are opened on first use and kept, with
+//! O_DIRECT when the file system accepts it, and every batch goes through the same io_uring (or
+//! `pread`) machinery as the side-file reader ([`crate::io`]). A reader never writes: the
+//! PostgreSQL layer writes through smgr, and the kernel keeps those buffered writes coherent
+//! with O_DIRECT reads.
+//!
+//! Vector slots are read as the 4 KiB sectors that cover them
+//! ([`crate::pages::vector::VectorPages::sectors`]), so a 784-d slot inside one half of a
+//! block costs one 4 KiB read, as in the side-file layout. Where a slot's pages are not
+//! consecutive blocks (inside a kind's first, geometric extent), the read is split per page.
+
+use crate::io::{
+    open_for_reading, run_batch, AlignedPage, Backend, BackendChoice, IoOptions, IoStats, ReadReq,
+};
+use crate::pages::extent::ExtentMap;
+use crate::pages::vector::{VectorPages, SECTOR_SIZE};
+use crate::pages::{PageKind, BLOCK_SIZE};
+use crate::store::RELSEG_BLOCKS;
+use io_uring::IoUring;
+use std::fs::File;
+use std::io;
+use std::path::{Path, PathBuf};
+
+const SECTORS_PER_BLOCK: usize = BLOCK_SIZE / SECTOR_SIZE;
+
+/// Per-thread reader of one relation fork.
+pub struct SegmentReader {
+    base: PathBuf,
+    segment_blocks: u32,
+    files: Vec<Option<File>>,
+    direct: bool,
+    backend: Backend,
+    queue_depth: usize,
+    stats: IoStats,
+    scratch: Vec<AlignedPage>,
+}
+
+impl SegmentReader {
+    /// Opens segment 0 of the fork at `base` (probing O_DIRECT on it) with PostgreSQL's 1 GiB
+    /// segments.
+    pub fn open(base: &Path, options: IoOptions) -> io::Result<SegmentReader> {
+        Self::with_segment_blocks(base, options, RELSEG_BLOCKS)
+    }
+
+    /// As [`SegmentReader::open`] with another segment size (tests; builds with another
+    /// `RELSEG_SIZE`).
+    pub fn with_segment_blocks(
+        base: &Path,
+        options: IoOptions,
+        segment_blocks: u32,
+    ) -> io::Result<SegmentReader> {
+        assert!(segment_blocks > 0);
+        let queue_depth = options.queue_depth.clamp(1, 4096);
+        let (first, direct) = open_for_reading(base, options.direct)?;
+        let backend = match options.backend {
+            BackendChoice::Pread => Backend::Pread,
+            BackendChoice::Auto => IoUring::new(queue_depth)
+                .map_or(Backend::Pread, |ring| Backend::Uring(Box::new(ring))),
+        };
+        Ok(SegmentReader {
+            base: base.to_path_buf(),
+            segment_blocks,
+            files: vec![Some(first)],
+            direct,
+            backend,
+            queue_depth: queue_depth as usize,
+            stats: IoStats::default(),
+            scratch: Vec::new(),
+        })
+    }
+
+    /// Whether reads bypass the page cache.
+    pub fn is_direct(&self) -> bool {
+        self.direct
+    }
+
+    pub fn stats(&self) -> IoStats {
+        self.stats
+    }
+
+    fn segment_path(&self, segment: u32) -> PathBuf {
+        if segment == 0 {
+            self.base.clone()
+        } else {
+            let mut name = self.base.clone().into_os_string();
+            name.push(format!(".{segment}"));
+            PathBuf::from(name)
+        }
+    }
+
+    /// Opens every segment `blocks` touch (with the same O_DIRECT choice as segment 0).
+    fn open_segments(&mut self, blocks: impl Iterator<Item = u32>) -> io::Result<()> {
+        for b in blocks {
+            let seg = (b / self.segment_blocks) as usize;
+            if seg >= self.files.len() {
+                self.files.resize_with(seg + 1, || None);
+            }
+            if self.files[seg].is_none() {
+                let (file, direct) = open_for_reading(&self.segment_path(seg as u32), self.direct)?;
+                if direct != self.direct {
+                    return Err(io::Error::other(format!(
+                        "segment {seg} of {} does not accept the O_DIRECT choice of segment 0",
+                        self.base.display()
+                    )));
+                }
+                self.files[seg] = Some(file);
+            }
+        }
+        Ok(())
+    }
+
+    fn location(&self, block: u32) -> (usize, u64) {
+        (
+            (block / self.segment_blocks) as usize,
+            (block % self.segment_blocks) as u64 * BLOCK_SIZE as u64,
+        )
+    }
+
+    /// Reads whole blocks `blocks[i]` into `out[2i..2i+2]` (two 4 KiB halves each) as one
+    /// batch. Pages come back raw: verify them with [`crate::pages::verify`].
+    pub fn read_blocks(&mut self, blocks: &[u32], out: &mut [AlignedPage]) -> io::Result<()> {
+        if out.len() < blocks.len() * SECTORS_PER_BLOCK {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "output holds fewer blocks than requested",
+            ));
+        }
+        self.open_segments(blocks.iter().copied())?;
+        let files = &self.files;
+        let bytes: &mut [u8] =
+            bytemuck::cast_slice_mut(&mut out[..blocks.len() * SECTORS_PER_BLOCK]);
+        let mut reqs: Vec<ReadReq> = blocks
+            .iter()
+            .zip(bytes.chunks_exact_mut(BLOCK_SIZE))
+            .map(|(&b, buf)| {
+                let (seg, offset) = self.location(b);
+                ReadReq {
+                    file: files[seg].as_ref().expect("opened above"),
+                    offset,
+                    buf,
+                    needed: BLOCK_SIZE,
+                }
+            })
+            .collect();
+        run_batch(
+            &mut self.backend,
+            self.queue_depth,
+            &mut self.stats,
+            &mut reqs,
+        )
+    }
+
+    /// Reads the vector slots of `ids` (slot v belongs to vertex v) into
+    /// `out[i * slot_size ..]` as one batch: the covering sectors of each slot, split where
+    /// its pages are not consecutive blocks. Returns the bytes transferred. An id whose pages
+    /// the extent map does not hold is an error (the caller checked the id is in the index).
+    pub fn read_vector_slots(
+        &mut self,
+        map: &ExtentMap,
+        geometry: &VectorPages,
+        ids: &[u32],
+        out: &mut [u8],
+    ) -> io::Result<u64> {
+        let slot_size = geometry.slot_size();
+        if out.len() != ids.len() * slot_size {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "output must hold exactly the slots read",
+            ));
+        }
+        // Plan: per slot, its sector range and the block of each page it touches.
+        struct Part {
+            slot: usize,
+            block: u32,
+            first_sector: usize,
+            sectors: usize,
+            at: usize,
+        }
+        let mut parts: Vec<Part> = Vec::with_capacity(ids.len());
+        let mut total = 0usize;
+        let mut starts = Vec::with_capacity(ids.len());
+        for (i, &v) in ids.iter().enumerate() {
+            let (extent, _) = geometry.extent_of(v);
+            let range = geometry.sectors(v);
+            starts.push(total);
+            let first = range.page as usize * SECTORS_PER_BLOCK + range.sector as usize;
+            let mut sector = first;
+            let end = first + range.count as usize;
+            while sector < end {
+                let page = (sector / SECTORS_PER_BLOCK) as u32;
+                let in_block = sector % SECTORS_PER_BLOCK;
+                let n = (SECTORS_PER_BLOCK - in_block).min(end - sector);
+                let ordinal = extent * crate::pages::EXTENT_BLOCKS + page;
+                let block = map.block(PageKind::Vector, ordinal).ok_or_else(|| {
+                    io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!(
+                            "vector slot {v} lies on vector page {ordinal}, beyond the extent map"
+                        ),
+                    )
+                })?;
+                parts.push(Part {
+                    slot: i,
+                    block,
+                    first_sector: in_block,
+                    sectors: n,
+                    at: total,
+                });
+                total += n;
+                sector += n;
+            }
+        }
+        self.open_segments(parts.iter().map(|p| p.block))?;
+        let mut scratch = std::mem::take(&mut self.scratch);
+        if scratch.len() < total {
+            scratch.resize(total, AlignedPage::zeroed());
+        }
+        let before = self.stats.bytes;
+        let result = {
+            let files = &self.files;
+            let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut scratch[..total]);
+            let mut rest = bytes;
+            let mut reqs: Vec<ReadReq> = Vec::with_capacity(parts.len());
+            for p in &parts {
+                let (buf, tail) = std::mem::take(&mut rest).split_at_mut(p.sectors * SECTOR_SIZE);
+                rest = tail;
+                let (seg, offset) = self.location(p.block);
+                reqs.push(ReadReq {
+                    file: files[seg].as_ref().expect("opened above"),
+                    offset: offset + (p.first_sector * SECTOR_SIZE) as u64,
+                    buf,
+                    needed: p.sectors * SECTOR_SIZE,
+                });
+            }
+            run_batch(
+                &mut self.backend,
+                self.queue_depth,
+                &mut self.stats,
+                &mut reqs,
+            )
+        };
+        let gathered = result.and_then(|()| {
+            let bytes: &[u8] = bytemuck::cast_slice(&scratch[..total]);
+            for (i, &v) in ids.iter().enumerate() {
+                let end = starts.get(i + 1).copied().unwrap_or(total);
+                let sectors = &bytes[starts[i] * SECTOR_SIZE..end * SECTOR_SIZE];
+                geometry
+                    .gather_sectors(v, sectors, &mut out[i * slot_size..(i + 1) * slot_size])
+                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
+            }
+            Ok(())
+        });
+        debug_assert!(parts.iter().all(|p| p.slot < ids.len() && p.at <= total));
+        self.scratch = scratch;
+        gathered.map(|()| self.stats.bytes - before)
+    }
+}
+
+#[cfg(test)]
+mod tests;
