@@ -306,6 +306,40 @@ test_wal_metapage_record() {
   echo "ok       wal_metapage_record (META record '$rec'; replayed by crash recovery from $redo_from; top-5 unchanged)"
 }
 
+# A streaming standby made from a base backup taken before CREATE INDEX replays navis's WAL:
+# its metapage equals the primary's byte for byte (LSN included). A standby without navis
+# preloaded stops at the first navis record with PostgreSQL's error, as the README says.
+test_standby_replays_navis_wal() {
+  local sdir=/tmp/navis-clustertest-standby sport=54332
+  local bare=/tmp/navis-clustertest-standby-nopreload bport=54333
+  sql -c "CREATE EXTENSION IF NOT EXISTS pageinspect"
+  standby_start "$DIR" "$PORT" "$sdir" "$sport" "shared_preload_libraries = 'navis'"
+  standby_start "$DIR" "$PORT" "$bare" "$bport" "shared_preload_libraries = ''"
+  sql -c "CREATE TABLE sb (id int PRIMARY KEY, v real[])"
+  load_fmnist sb 1 1500
+  sql -c "CREATE INDEX sb_v ON sb USING navis (v) WITH (max_degree = 32, build_list = 64)"
+  standby_catch_up "$DIR" "$PORT" "$sdir" "$sport" ||
+    { fail standby_replays_navis_wal "standby did not catch up"; cluster_stop "$sdir"; cluster_stop "$bare"; return; }
+  local page="SELECT md5(get_raw_page('sb_v', 0)) || ' ' || (page_header(get_raw_page('sb_v', 0))).lsn"
+  local primary standby
+  primary=$(val "$page")
+  standby=$(cluster_psql "$sdir" "$sport" -At -c "$page")
+  local rows; rows=$(cluster_psql "$sdir" "$sport" -At -c "SELECT count(*) FROM sb")
+  cluster_stop "$sdir"
+  [ -n "$primary" ] && [ "$primary" = "$standby" ] ||
+    { fail standby_replays_navis_wal "metapage on the primary '$primary', on the standby '$standby'"; cluster_stop "$bare"; return; }
+  [ "$rows" = 1500 ] || { fail standby_replays_navis_wal "standby sees $rows rows"; cluster_stop "$bare"; return; }
+  local i
+  for ((i = 0; i < 300; i++)); do
+    grep -q 'resource manager with ID 128 not registered' "$bare/server.log" 2>/dev/null && break
+    sleep 0.1
+  done
+  cluster_stop "$bare"
+  grep -q 'resource manager with ID 128 not registered' "$bare/server.log" ||
+    { fail standby_replays_navis_wal "a standby without navis preloaded did not stop at the navis record: $(tail -3 "$bare/server.log")"; return; }
+  echo "ok       standby_replays_navis_wal (metapage identical on primary and standby: $primary; a standby without the preload stops with 'resource manager with ID 128 not registered')"
+}
+
 # Sliding window: insert the newest rows, delete the oldest, VACUUM; the side files stop
 # growing and recall stays steady.
 test_sliding_window() {
