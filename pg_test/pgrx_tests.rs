@@ -314,3 +314,84 @@ fn bulk_pages_are_logged_and_read_back_with_o_direct() {
     let image = format!("fork main blk {first} (FPW); hole: offset: 1024, length: 7152");
     assert!(records[0].1.contains(&image), "{records:?}");
 }
+
+/// The engine's PageStore over a relation this transaction created: reserved blocks, writes
+/// gathered into BULK_IMAGES records, gaps and unwritten reservations zero-filled with EXTEND
+/// records, reads that bypass shared_buffers, refusals for unreserved blocks and for calls
+/// from another thread.
+#[pg_test]
+fn page_store_writes_a_private_relation_through_wal() {
+    use crate::pgstore::PgStore;
+    use navis_engine::pages::{self, PageKind, BLOCK_SIZE};
+    use navis_engine::store::PageStore;
+    Spi::run("CREATE EXTENSION IF NOT EXISTS pg_walinspect").unwrap();
+    Spi::run("CREATE TABLE scratch_store (x int)").unwrap();
+    let start_lsn = Spi::get_one::<String>("SELECT pg_current_wal_insert_lsn()::text").unwrap().unwrap();
+    let oid = Spi::get_one::<pg_sys::Oid>("SELECT 'scratch_store'::regclass::oid").unwrap().unwrap();
+    let page = |kind: PageKind, block: u32| {
+        let mut p = vec![0u8; BLOCK_SIZE];
+        pages::init(&mut p, kind, block);
+        p[100] = block as u8 ^ 0x5A;
+        pages::seal(&mut p);
+        p
+    };
+    // SAFETY: the relation is opened and closed here under a lock that keeps it in place.
+    let rel = unsafe { pg_sys::table_open(oid, pg_sys::AccessExclusiveLock as i32) };
+    let store = PgStore::for_new_relation(rel).unwrap();
+    assert_eq!(store.extend(1).unwrap(), 0);
+    assert_eq!(store.extend(10).unwrap(), 1);
+    for b in 1..=7 {
+        store.write_block(b, &page(PageKind::Edge, b)).unwrap();
+    }
+    store.write_block(0, &page(PageKind::Meta, 0)).unwrap();
+    let far = store.write_block(20, &page(PageKind::Edge, 20)).unwrap_err().to_string();
+    assert!(far.contains("never extended into"), "{far}");
+    let off_thread = std::thread::scope(|s| s.spawn(|| store.nblocks().map(|_| ())).join().unwrap());
+    assert!(off_thread.unwrap_err().to_string().contains("compute thread"));
+    store.sync().unwrap();
+    assert_eq!(store.nblocks().unwrap(), 11);
+    assert_eq!(crate::relstore::nblocks(rel), 11);
+    let mut buf = vec![0u8; BLOCK_SIZE];
+    for b in 0..11u32 {
+        store.read_block(b, &mut buf).unwrap();
+        match b {
+            0 => pages::verify(&buf, PageKind::Meta, 0).unwrap(),
+            1..=7 => {
+                pages::verify(&buf, PageKind::Edge, b).unwrap();
+                assert_eq!(buf[100], b as u8 ^ 0x5A);
+            }
+            _ => assert!(pages::is_new(&buf), "block {b} should be a zero page"),
+        }
+    }
+    // SAFETY: opened above.
+    unsafe { pg_sys::table_close(rel, pg_sys::AccessExclusiveLock as i32) };
+    // SAFETY: flushing WAL up to the insert position is always allowed.
+    unsafe { pg_sys::XLogFlush(pg_sys::GetXLogInsertRecPtr()) };
+    let records: Vec<String> = Spi::connect(|c| {
+        c.select(
+            &format!(
+                "SELECT record_type || ': ' || description FROM pg_get_wal_records_info('{start_lsn}', pg_current_wal_flush_lsn())
+                 WHERE resource_manager = 'navis' ORDER BY start_lsn"
+            ),
+            None,
+            &[],
+        )
+        .unwrap()
+        .map(|r| r.get::<String>(1).unwrap().unwrap())
+        .collect()
+    });
+    let descs: Vec<String> = records
+        .iter()
+        .map(|r| r.split_once("; zero").map_or(r.clone(), |(_, tail)| format!("EXTEND: zero{tail}")))
+        .collect();
+    assert_eq!(
+        descs,
+        vec![
+            "EXTEND: zero blocks 0..0".to_string(),
+            "BULK_IMAGES: 7 pages: blocks 1..7".to_string(),
+            "BULK_IMAGES: 1 page: block 0".to_string(),
+            "EXTEND: zero blocks 8..10".to_string(),
+        ],
+        "{records:?}"
+    );
+}

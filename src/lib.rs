@@ -14,6 +14,7 @@ mod errors;
 mod guc;
 mod insert;
 mod options;
+mod pgstore;
 mod pgvector;
 mod relstore;
 mod scan;

@@ -75,25 +75,38 @@ pub fn nblocks(rel: pg_sys::Relation) -> u32 {
 /// records of up to [`PAGES_PER_RECORD`] pages, and returns the first new block. The pages
 /// are stamped with their record's LSN and checksum in place.
 pub fn append_bulk_pages(rel: pg_sys::Relation, pages: &mut [u8]) -> u32 {
-    assert_eq!(pages.len() % BLOCK_SIZE, 0, "bulk pages are whole blocks");
-    let needs_wal = wal::relation_needs_wal(rel);
     // SAFETY: the relation extension lock serialises appends with every other extender of
     // this fork; it is released on ERROR by the transaction's lock cleanup.
     unsafe { pg_sys::LockRelationForExtension(rel, pg_sys::ExclusiveLock as i32) };
     let first = nblocks(rel);
-    for (chunk_no, chunk) in pages.chunks_mut(BLOCK_SIZE * PAGES_PER_RECORD).enumerate() {
-        let chunk_first = first + (chunk_no * PAGES_PER_RECORD) as u32;
-        // SAFETY: see write_logged; the blocks are new, so nothing else can address them.
-        unsafe { write_logged(rel, chunk_first, chunk, needs_wal) };
-    }
+    write_bulk_pages(rel, first, pages);
     // SAFETY: taken above.
     unsafe { pg_sys::UnlockRelationForExtension(rel, pg_sys::ExclusiveLock as i32) };
     first
 }
 
+/// Writes `pages` as the consecutive blocks from `first` (existing blocks are overwritten, the
+/// rest appended; `first` must not lie beyond the end), WAL-logged as `BULK_IMAGES` records of
+/// up to [`PAGES_PER_RECORD`] pages, stamping each page's LSN and checksum in place. Only for
+/// blocks no other backend can reach and that are never read into shared_buffers: a build's
+/// pages, or bulk pages handed out by the allocator (RFC 0001 §5).
+pub fn write_bulk_pages(rel: pg_sys::Relation, first: u32, pages: &mut [u8]) {
+    assert_eq!(pages.len() % BLOCK_SIZE, 0, "bulk pages are whole blocks");
+    assert!(
+        first <= nblocks(rel),
+        "bulk write at block {first} leaves a gap"
+    );
+    let needs_wal = wal::relation_needs_wal(rel);
+    for (chunk_no, chunk) in pages.chunks_mut(BLOCK_SIZE * PAGES_PER_RECORD).enumerate() {
+        let chunk_first = first + (chunk_no * PAGES_PER_RECORD) as u32;
+        // SAFETY: see write_logged; the caller owns the blocks.
+        unsafe { write_logged(rel, chunk_first, chunk, needs_wal) };
+    }
+}
+
 /// Logs `pages` (consecutive blocks from `first`) in one `BULK_IMAGES` record and writes
-/// them at the end of the fork (RFC 0001 §5): flag the checkpoint delay, insert the record,
-/// stamp LSN and checksum, extend through smgr with an fsync request, clear the flag.
+/// them (RFC 0001 §5): flag the checkpoint delay, insert the record, stamp LSN and checksum,
+/// write or extend through smgr with an fsync request, clear the flag.
 ///
 /// # Safety
 /// `rel` must be open with the blocks reserved to the caller (extension lock, or a slot the
@@ -161,17 +174,28 @@ unsafe fn log_and_write(
                 wal::page_set_lsn(pages[i * BLOCK_SIZE..].as_mut_ptr().cast(), lsn);
             }
         }
+        let end = pg_sys::smgrnblocks(smgr, pg_sys::ForkNumber::MAIN_FORKNUM);
         for i in 0..n {
             let block = first + i as u32;
             let page = pages[i * BLOCK_SIZE..].as_mut_ptr();
             pg_sys::PageSetChecksumInplace(page.cast(), block);
-            pg_sys::smgrextend(
-                smgr,
-                pg_sys::ForkNumber::MAIN_FORKNUM,
-                block,
-                page.cast(),
-                false,
-            );
+            if block < end {
+                pg_sys::smgrwrite(
+                    smgr,
+                    pg_sys::ForkNumber::MAIN_FORKNUM,
+                    block,
+                    page.cast(),
+                    false,
+                );
+            } else {
+                pg_sys::smgrextend(
+                    smgr,
+                    pg_sys::ForkNumber::MAIN_FORKNUM,
+                    block,
+                    page.cast(),
+                    false,
+                );
+            }
         }
     }
 }
@@ -219,5 +243,77 @@ pub unsafe fn write_block_at(
             end += 1;
         }
         pg_sys::smgrextend(smgr, fork, block, page, false);
+    }
+}
+
+/// Extends `smgr`'s main fork with zero pages until it has `blocks` blocks.
+///
+/// # Safety
+/// `smgr` must be an open smgr relation whose main fork exists.
+pub unsafe fn zero_fill_to(smgr: pg_sys::SMgrRelation, blocks: u32) {
+    // SAFETY: per the contract; zero pages are valid new pages.
+    unsafe {
+        let fork = pg_sys::ForkNumber::MAIN_FORKNUM;
+        let mut end = pg_sys::smgrnblocks(smgr, fork);
+        let mut zero = AlignedBlock::zeroed();
+        while end < blocks {
+            pg_sys::smgrextend(smgr, fork, end, zero.as_mut_ptr(), false);
+            end += 1;
+        }
+    }
+}
+
+/// Extends `rel`'s main fork with zero pages up to `blocks` blocks, WAL-logged as one
+/// `EXTEND` record first (inside the checkpoint delay, as bulk writes are), so that every
+/// server replaying the WAL has the blocks too.
+pub fn extend_zeroed(rel: pg_sys::Relation, blocks: u32) {
+    let end = nblocks(rel);
+    if blocks <= end {
+        return;
+    }
+    let needs_wal = wal::relation_needs_wal(rel);
+    // SAFETY: the caller owns the blocks past the end (a build's private relation, or the
+    // extension lock); the flag is cleared whatever happens.
+    unsafe {
+        let smgr = pg_sys::RelationGetSmgr(rel);
+        if !needs_wal {
+            zero_fill_to(smgr, blocks);
+            return;
+        }
+        let node = (*rel).rd_node;
+        let data = wal::records::ExtendData {
+            spc: node.spcNode.into(),
+            db: node.dbNode.into(),
+            rel: node.relNode.into(),
+            first: end,
+            count: blocks - end,
+        }
+        .encode();
+        (*pg_sys::MyProc).delayChkptFlags |= pg_sys::DELAY_CHKPT_START as i32;
+        pgrx::PgTryBuilder::new(|| {
+            pg_sys::XLogBeginInsert();
+            pg_sys::XLogRegisterData(data.as_ptr() as *mut std::ffi::c_char, data.len() as i32);
+            pg_sys::XLogInsert(wal::RM_NAVIS_ID, wal::records::XLOG_NAVIS_EXTEND);
+            zero_fill_to(smgr, blocks);
+        })
+        .finally(|| {
+            (*pg_sys::MyProc).delayChkptFlags &= !(pg_sys::DELAY_CHKPT_START as i32);
+        })
+        .execute();
+    }
+}
+
+/// Reads block `block` of the main fork with `smgrread`, bypassing shared_buffers (for pages
+/// that are never in them).
+pub fn read_block(rel: pg_sys::Relation, block: u32, out: &mut [u8]) {
+    assert_eq!(out.len(), BLOCK_SIZE);
+    // SAFETY: `out` is BLCKSZ bytes; smgrread raises an ERROR for a block past the end.
+    unsafe {
+        pg_sys::smgrread(
+            pg_sys::RelationGetSmgr(rel),
+            pg_sys::ForkNumber::MAIN_FORKNUM,
+            block,
+            out.as_mut_ptr().cast(),
+        )
     }
 }

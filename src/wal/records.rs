@@ -25,6 +25,14 @@
 //! Redo: zero and lock block 0 (`XLogInitBufferForRedo`), `PageInit`, copy the contents
 //! behind the header, set `pd_lower` after them, `PageSetLSN`, mark dirty.
 //!
+//! ## `EXTEND` (0x10): zero pages at the end of the main fork
+//!
+//! Written by `relstore::extend_zeroed` when blocks are reserved (an extent-map run) but not
+//! all written, so that every server's fork has the blocks the extent map names. No block
+//! references. Main data ([`ExtendData`], 20 bytes): tablespace, database and relfilenode
+//! (u32 each), first block, block count. Redo: `smgrextend` zero pages until the fork has
+//! `first + count` blocks (idempotent: blocks that exist are left alone).
+//!
 //! ## `BULK_IMAGES` (0x20): whole bulk pages, written around the buffer manager
 //!
 //! Written by `relstore::append_bulk_pages` for pages that are never in shared_buffers (edge
@@ -42,6 +50,8 @@
 
 /// `xl_info` high nibble of the metapage record.
 pub const XLOG_NAVIS_META: u8 = 0x00;
+/// `xl_info` high nibble of a zero-extension record.
+pub const XLOG_NAVIS_EXTEND: u8 = 0x10;
 /// `xl_info` high nibble of a bulk-page record.
 pub const XLOG_NAVIS_BULK_IMAGES: u8 = 0x20;
 
@@ -52,6 +62,7 @@ pub const XLR_RMGR_INFO_MASK: u8 = 0xF0;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RecordType {
     Meta,
+    Extend,
     BulkImages,
 }
 
@@ -60,6 +71,7 @@ impl RecordType {
     pub fn from_info(info: u8) -> Option<RecordType> {
         match info & XLR_RMGR_INFO_MASK {
             XLOG_NAVIS_META => Some(RecordType::Meta),
+            XLOG_NAVIS_EXTEND => Some(RecordType::Extend),
             XLOG_NAVIS_BULK_IMAGES => Some(RecordType::BulkImages),
             _ => None,
         }
@@ -70,8 +82,48 @@ impl RecordType {
     pub fn identify(self) -> &'static std::ffi::CStr {
         match self {
             RecordType::Meta => c"META",
+            RecordType::Extend => c"EXTEND",
             RecordType::BulkImages => c"BULK_IMAGES",
         }
+    }
+}
+
+/// Main data of an `EXTEND` record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExtendData {
+    pub spc: u32,
+    pub db: u32,
+    pub rel: u32,
+    pub first: u32,
+    pub count: u32,
+}
+
+impl ExtendData {
+    pub const LEN: usize = 20;
+
+    pub fn encode(&self) -> [u8; Self::LEN] {
+        let mut out = [0u8; Self::LEN];
+        for (i, v) in [self.spc, self.db, self.rel, self.first, self.count]
+            .iter()
+            .enumerate()
+        {
+            out[4 * i..4 * i + 4].copy_from_slice(&v.to_le_bytes());
+        }
+        out
+    }
+
+    pub fn decode(data: &[u8]) -> Option<ExtendData> {
+        if data.len() != Self::LEN {
+            return None;
+        }
+        let w = |i: usize| u32::from_le_bytes(data[4 * i..4 * i + 4].try_into().unwrap());
+        Some(ExtendData {
+            spc: w(0),
+            db: w(1),
+            rel: w(2),
+            first: w(3),
+            count: w(4),
+        })
     }
 }
 
@@ -127,6 +179,17 @@ impl MetaImage {
 /// consecutive, which is how bulk records are written.
 pub fn describe(info: u8, data: &[u8], blocks: Option<(u32, usize)>) -> String {
     match RecordType::from_info(info) {
+        Some(RecordType::Extend) => match ExtendData::decode(data) {
+            Some(e) => format!(
+                "rel {}/{}/{}; zero blocks {}..{}",
+                e.spc,
+                e.db,
+                e.rel,
+                e.first,
+                e.first as u64 + e.count as u64 - 1
+            ),
+            None => format!("malformed EXTEND record of {} bytes", data.len()),
+        },
         Some(RecordType::BulkImages) => match blocks {
             Some((first, 1)) => format!("1 page: block {first}"),
             Some((first, n)) => {

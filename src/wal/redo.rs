@@ -31,6 +31,8 @@ pub(super) unsafe extern "C-unwind" fn navis_redo(record: *mut pg_sys::XLogReade
         Some(RecordType::Meta) => unsafe { redo_meta(record, data) },
         // SAFETY: a BULK_IMAGES record's block references all carry full images.
         Some(RecordType::BulkImages) => unsafe { redo_bulk_images(record) },
+        // SAFETY: the record names the relation in its main data.
+        Some(RecordType::Extend) => unsafe { redo_extend(record, data) },
         None => pgrx::error!(
             "navis redo: unknown record type {:#04x}; this WAL was written by a newer navis",
             info & records::XLR_RMGR_INFO_MASK
@@ -82,5 +84,24 @@ unsafe fn redo_bulk_images(record: *mut pg_sys::XLogReaderState) {
             pg_sys::smgrcreate(smgr, r.fork, true);
             crate::relstore::write_block_at(smgr, r.fork, r.block, page.as_mut_ptr());
         }
+    }
+}
+
+/// `EXTEND`: zero-fill the fork up to the record's last block.
+unsafe fn redo_extend(record: *mut pg_sys::XLogReaderState, data: &[u8]) {
+    let Some(e) = records::ExtendData::decode(data) else {
+        pgrx::error!("navis redo: EXTEND record of {} bytes", data.len());
+    };
+    // SAFETY: an smgr handle of the named relation; only the startup process writes here.
+    unsafe {
+        pg_sys::XLogFlush((*record).EndRecPtr);
+        let node = pg_sys::RelFileNode {
+            spcNode: e.spc.into(),
+            dbNode: e.db.into(),
+            relNode: e.rel.into(),
+        };
+        let smgr = pg_sys::smgropen(node, pg_sys::InvalidBackendId);
+        pg_sys::smgrcreate(smgr, pg_sys::ForkNumber::MAIN_FORKNUM, true);
+        crate::relstore::zero_fill_to(smgr, e.first + e.count);
     }
 }
