@@ -12,7 +12,9 @@
 //!    parameters, build list 64) over the seeded sample of about `entrance_ratio` of the
 //!    vertices, holding their full vectors.
 //! 6. **Writing** every side file through [`IndexWriter`]; the main graph's medoid goes
-//!    into the manifest as the start of searches without entry points.
+//!    into the manifest as the start of searches without entry points. (A build into the
+//!    relation layout runs phases 1-5 through [`build_in_memory`], placing lists for 8 KiB
+//!    pages, and writes with `crate::relation::build_relation`.)
 //!
 //! An index over zero rows is valid (PostgreSQL builds one for `CREATE INDEX` on an empty
 //! table): it has a placeholder PQ codebook, an empty entrance graph, and every search of
@@ -233,6 +235,71 @@ impl BuildReport {
     }
 }
 
+/// The edge pages a build places its lists on. Placement packs neighbours per page, so it
+/// is computed for the pages that will hold the lists: 10 slots per 4 KiB side-file page at
+/// R = 96, 20 per 8 KiB relation page.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EdgePageFormat {
+    /// The side directory's 4 KiB pages ([`EdgePageLayout`]).
+    SideFile,
+    /// The relation's 8 KiB pages ([`crate::pages::edge::EdgeLayout`], RFC 0001 §2).
+    Relation,
+}
+
+impl EdgePageFormat {
+    pub fn slots_per_page(self, max_degree: usize) -> Result<usize, StorageError> {
+        Ok(match self {
+            EdgePageFormat::SideFile => EdgePageLayout::new(max_degree)?.slots_per_page(),
+            EdgePageFormat::Relation => {
+                crate::pages::edge::EdgeLayout::new(max_degree)?.slots_per_page()
+            }
+        })
+    }
+}
+
+/// Everything the build phases produced, before anything is written: what a writer needs
+/// ([`BuiltIndex::input`]) and the report so far (every phase but writing).
+pub struct BuiltIndex<'a> {
+    pub report: BuildReport,
+    pub metric: Metric,
+    pub dim: usize,
+    pub max_degree: usize,
+    pub pq_bytes: usize,
+    /// The rows as indexed: normalised for cosine, else the input itself.
+    pub vectors: std::borrow::Cow<'a, [f32]>,
+    pub tids: &'a [HeapTid],
+    pub adjacency: Vec<Vec<VertexId>>,
+    /// The graph's medoid (0 for an empty index).
+    pub medoid: VertexId,
+    /// Computed for the [`EdgePageFormat`] the build was asked for.
+    pub placement: Placement,
+    pub codes: Vec<u8>,
+    pub codebook: Vec<u8>,
+    pub entrance: EntranceGraph,
+    pub entrance_bytes: Vec<u8>,
+    pub params: BuildParams,
+}
+
+impl BuiltIndex<'_> {
+    /// The writers' view of the build.
+    pub fn input(&self) -> BuildInput<'_> {
+        BuildInput {
+            metric: self.metric,
+            dim: self.dim,
+            max_degree: self.max_degree,
+            vectors: &self.vectors,
+            heap_tids: self.tids,
+            adjacency: &self.adjacency,
+            placement: &self.placement,
+            pq_bytes: self.pq_bytes,
+            pq_codebook: &self.codebook,
+            pq_codes: &self.codes,
+            entrance: &self.entrance_bytes,
+            params: self.params,
+        }
+    }
+}
+
 /// Builds a complete index over `vectors` (`tids.len()` rows, row-major) into `dir`.
 pub fn build_index(
     dir: &Path,
@@ -242,6 +309,41 @@ pub fn build_index(
     progress: Progress,
     cancel: Cancel,
 ) -> Result<BuildReport, IndexError> {
+    let mut built = build_in_memory(
+        vectors,
+        tids,
+        params,
+        EdgePageFormat::SideFile,
+        progress,
+        cancel,
+    )?;
+    let mut report = std::mem::take(&mut built.report);
+    let mut clock = PhaseClock::new(progress);
+    clock.start(BuildPhase::Writing, tids.len() as u64);
+    let manifest = IndexWriter::create_with_medoid(dir, &built.input(), built.medoid)?;
+    // The shared entrance graph for the server lifetime the fresh state belongs to (epoch 0
+    // until the first recovery rebuilds it).
+    SharedEntrance::create(&dir.join(names::ENTRANCE_SHM), &built.entrance, 0)
+        .map_err(|e| IndexError::Invalid(format!("{}: {e}", dir.display())))?;
+    report.edge_pages = manifest.edge_pages;
+    clock.finish(&mut report);
+    report.file_sizes = file_sizes(dir);
+    report.peak_rss = peak_rss_bytes();
+    Ok(report)
+}
+
+/// Runs every build phase but writing (sampling, PQ, graph, placement for `format`'s pages,
+/// entrance graph) and returns the result in memory; the caller writes it (side files:
+/// [`build_index`]; the relation: `crate::relation::build_relation`) and reports the
+/// writing phase itself.
+pub fn build_in_memory<'a>(
+    vectors: &'a [f32],
+    tids: &'a [HeapTid],
+    params: &IndexParams,
+    format: EdgePageFormat,
+    progress: Progress,
+    cancel: Cancel,
+) -> Result<BuiltIndex<'a>, IndexError> {
     let n = tids.len();
     let dim = infer_dim(vectors.len(), n, params)?;
     params.validate(dim)?;
@@ -274,15 +376,17 @@ pub fn build_index(
     let mut clock = PhaseClock::new(progress);
 
     clock.start(BuildPhase::Sampling, n as u64);
-    let data = prepared_rows(vectors, dim, params.metric)?;
-    let data: &[f32] = data.as_deref().unwrap_or(vectors);
+    let data = match prepared_rows(vectors, dim, params.metric)? {
+        Some(copy) => std::borrow::Cow::Owned(copy),
+        None => std::borrow::Cow::Borrowed(vectors),
+    };
     let entrance_ids = entrance_sample(n, params.entrance_ratio, params.seed);
     clock.finish(&mut report);
     check()?;
 
     clock.start(BuildPhase::PqTraining, n as u64);
-    let pq = train_pq(data, dim, n, pq_bytes, params)?;
-    let codes = pq.encode_batch(data, params.threads);
+    let pq = train_pq(&data, dim, n, pq_bytes, params)?;
+    let codes = pq.encode_batch(&data, params.threads);
     clock.finish(&mut report);
     check()?;
 
@@ -300,13 +404,13 @@ pub fn build_index(
         progress: Some(&report_graph),
         should_stop: Some(&cancel),
     };
-    let graph = graph::build_vamana(data, dim, params.metric, &vamana, &control)?;
+    let graph = graph::build_vamana(&data, dim, params.metric, &vamana, &control)?;
     clock.finish(&mut report);
     check()?;
 
     clock.start(BuildPhase::Placement, n as u64);
-    let layout = EdgePageLayout::new(params.max_degree)?;
-    let placement = place(&graph.adjacency, layout.slots_per_page(), &mut report)?;
+    let slots_per_page = format.slots_per_page(params.max_degree)?;
+    let placement = place(&graph.adjacency, slots_per_page, &mut report)?;
     clock.finish(&mut report);
     check()?;
 
@@ -316,43 +420,33 @@ pub fn build_index(
         progress: Some(&report_entrance),
         should_stop: Some(&cancel),
     };
-    let entrance = build_entrance(entrance_ids, data, dim, params, &control)?;
+    let entrance = build_entrance(entrance_ids, &data, dim, params, &control)?;
     report.entrance_size = entrance.len();
     clock.finish(&mut report);
     check()?;
 
-    clock.start(BuildPhase::Writing, n as u64);
-    let codebook = pq.to_bytes();
-    let entrance_bytes = entrance.to_bytes();
-    let input = BuildInput {
+    Ok(BuiltIndex {
+        report,
         metric: params.metric,
         dim,
         max_degree: params.max_degree,
-        vectors: data,
-        heap_tids: tids,
-        adjacency: &graph.adjacency,
-        placement: &placement,
         pq_bytes,
-        pq_codebook: &codebook,
-        pq_codes: &codes,
-        entrance: &entrance_bytes,
+        vectors: data,
+        tids,
+        adjacency: graph.adjacency,
+        medoid: graph.medoid,
+        placement,
+        codes,
+        codebook: pq.to_bytes(),
+        entrance_bytes: entrance.to_bytes(),
+        entrance,
         params: BuildParams {
             build_list: params.build_list as u32,
             alpha: params.alpha,
             entrance_ratio: params.entrance_ratio,
             entrance_degree: params.entrance_degree as u32,
         },
-    };
-    let manifest = IndexWriter::create_with_medoid(dir, &input, graph.medoid)?;
-    // The shared entrance graph for the server lifetime the fresh state belongs to (epoch 0
-    // until the first recovery rebuilds it).
-    SharedEntrance::create(&dir.join(names::ENTRANCE_SHM), &entrance, 0)
-        .map_err(|e| IndexError::Invalid(format!("{}: {e}", dir.display())))?;
-    report.edge_pages = manifest.edge_pages;
-    clock.finish(&mut report);
-    report.file_sizes = file_sizes(dir);
-    report.peak_rss = peak_rss_bytes();
-    Ok(report)
+    })
 }
 
 /// The index's dimension: the rows', checked against a declared one; for zero rows the

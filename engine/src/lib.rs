@@ -18,6 +18,7 @@ pub mod kmeans;
 pub mod pages;
 pub mod placement;
 pub mod pq;
+pub mod relation;
 pub mod search;
 pub mod segments;
 pub mod storage;

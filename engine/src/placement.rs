@@ -36,6 +36,10 @@ pub struct Placement {
     pub page_of: Vec<u32>,
     pub slot_of: Vec<u16>,
     pub pages: u32,
+    /// The page capacity the placement was computed for. Recorded because a placement packs
+    /// neighbours per page: one computed for 4 KiB side-file pages fits 8 KiB relation pages
+    /// slot for slot but fills only half of each, so a writer must be able to refuse it.
+    pub slots_per_page: u32,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -110,6 +114,7 @@ pub fn identity_placement(
         page_of: (0..vertices).map(|v| (v / slots_per_page) as u32).collect(),
         slot_of: (0..vertices).map(|v| (v % slots_per_page) as u16).collect(),
         pages: vertices.div_ceil(slots_per_page) as u32,
+        slots_per_page: slots_per_page as u32,
     })
 }
 
@@ -143,7 +148,7 @@ pub fn greedy_placement_with(
         }
         page_of = refiner.page_of;
     }
-    Ok(assign_slots(page_of, pages))
+    Ok(assign_slots(page_of, pages, slots_per_page))
 }
 
 fn check_neighbour_ids(adjacency: &[Vec<VertexId>]) -> Result<(), PlacementError> {
@@ -501,7 +506,7 @@ impl<'g> Refiner<'g> {
     }
 }
 
-fn assign_slots(page_of: Vec<u32>, pages: usize) -> Placement {
+fn assign_slots(page_of: Vec<u32>, pages: usize, slots_per_page: usize) -> Placement {
     let mut next_slot = vec![0u16; pages];
     let slot_of = page_of
         .iter()
@@ -515,6 +520,7 @@ fn assign_slots(page_of: Vec<u32>, pages: usize) -> Placement {
         page_of,
         slot_of,
         pages: pages as u32,
+        slots_per_page: slots_per_page as u32,
     }
 }
 

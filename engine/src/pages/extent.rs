@@ -201,7 +201,10 @@ impl ExtentMap {
         let mut spans: Vec<(u32, u32)> = Vec::with_capacity(self.log.len());
         for k in 0..MAPPED_KINDS {
             for (r, &first) in self.runs[k].iter().enumerate() {
-                spans.push((first, first + run_len(r as u32)));
+                let end = first.checked_add(run_len(r as u32)).ok_or_else(|| {
+                    StorageError::invalid(format!("extent map: a run at block {first} overflows"))
+                })?;
+                spans.push((first, end));
             }
         }
         spans.sort_unstable();

@@ -4,6 +4,8 @@
 //! page ordinal v / 509, entry v % 509 at byte 24 + 16 * (v % 509):
 //!        0 edge word u64 | 8 TID word u64
 //! edge word: bits 0..32 edge page | bits 32..48 slot | bits 48..64 flags (LIVE, DELETED)
+//!            (the edge page is an ordinal among edge pages, resolved through the extent
+//!            map, never a block number)
 //! TID word:  bits 0..32 heap block | bits 32..48 line pointer; while the vertex is free
 //!            (edge word 0) the next id of the free-vertex list (u32, u32::MAX ends it)
 //! special:   kind 5 = indirection, aux = page ordinal

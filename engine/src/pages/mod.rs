@@ -48,6 +48,7 @@
 //! indirection, codes, page table) are numbered by page ordinal, which [`extent_page`] splits
 //! into extent and page within it.
 
+pub mod blob;
 pub mod codes;
 pub mod edge;
 pub mod extent;

@@ -42,12 +42,12 @@ fn write_segments(base: &Path, segment_blocks: u32, pages: &[(u32, Vec<u8>)]) {
     }
 }
 
+/// An extent map, the vector geometry, the pages to write (block, bytes) and the vectors.
+type Scattered = (ExtentMap, VectorPages, Vec<(u32, Vec<u8>)>, Vec<Vec<f32>>);
+
 /// Vector pages of kind `Vector` interleaved with edge runs, so that the vector kind's first
-/// extent is scattered over non-consecutive blocks; returns the map, the pages and the end.
-fn scattered_vectors(
-    dim: usize,
-    slots: u32,
-) -> (ExtentMap, VectorPages, Vec<(u32, Vec<u8>)>, Vec<Vec<f32>>) {
+/// extent is scattered over non-consecutive blocks.
+fn scattered_vectors(dim: usize, slots: u32) -> Scattered {
     let geometry = VectorPages::new(dim).unwrap();
     let pages_needed = geometry.pages_for(slots as u64) as u32;
     let mut map = ExtentMap::new();

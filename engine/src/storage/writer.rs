@@ -77,8 +77,15 @@ impl IndexWriter {
 }
 
 fn validate(input: &BuildInput) -> Result<Manifest, StorageError> {
+    let spp = EdgePageLayout::new(input.max_degree)?.slots_per_page();
+    validate_with(input, spp)
+}
+
+/// Checks a build's input for edge pages of `spp` slots and derives its manifest
+/// (`slots_per_page = spp`, medoid 0). Shared with the relation writer
+/// (`crate::relation`), whose 8 KiB edge pages hold more slots than the side file's.
+pub(crate) fn validate_with(input: &BuildInput, spp: usize) -> Result<Manifest, StorageError> {
     let n = input.heap_tids.len();
-    let edge_layout = EdgePageLayout::new(input.max_degree)?;
     VectorLayout::new(input.dim)?;
     if n >= u32::MAX as usize {
         return Err(StorageError::invalid(format!(
@@ -100,7 +107,6 @@ fn validate(input: &BuildInput) -> Result<Manifest, StorageError> {
         return Err(StorageError::invalid("pq_bytes must be at least 1"));
     }
     expect("pq_codes", input.pq_codes.len(), n * input.pq_bytes)?;
-    let spp = edge_layout.slots_per_page();
     input
         .placement
         .validate(n, spp)

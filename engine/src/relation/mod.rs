@@ -1,0 +1,83 @@
+//! A whole index in one relation of 8 KiB pages (RFC 0001 stage 2b, the write side): the
+//! build's output written into a [`PageStore`] in the page formats of [`crate::pages`], and
+//! decoded back.
+//!
+//! - [`RelationWriter::write`] writes a built index into an empty store;
+//! - [`RelationImage::read`] verifies every page and decodes everything (the base of `open`,
+//!   and the test oracle for the writer);
+//! - [`build_relation`] runs the build pipeline with placement for 8 KiB pages and writes.
+//!
+//! A freshly written relation, in block order:
+//!
+//! ```text
+//! block 0                      metapage (written last)
+//! runs of edge pages           ordinal p = edge page p of the placement (indirection's "page")
+//! runs of vector pages         the vector stream, slot v = vertex v
+//! runs of indirection pages    entry v = vertex v, LIVE
+//! runs of code pages           code v
+//! runs of page-table pages     per edge page: live lists, free link
+//! runs of blob pages           the PQ codebook, then the entrance graph
+//! extent-map pages             one block each, listed on the metapage, not in the map
+//! ```
+//!
+//! Each kind with n pages gets the runs `extent::runs_for(n)` names, of exactly
+//! `extent::run_len` blocks; the unused tail of a kind's last run holds valid, empty pages of
+//! that kind (free edge slots, free vector slots, zero entries), so every block of a fresh
+//! relation verifies and later growth finds formatted pages. A kind with no pages has no runs;
+//! the zero-vertex index is the metapage, the blob pages and one extent-map page.
+//!
+//! Edge pages are addressed by ordinal, never by block: the indirection entry's edge-page
+//! field, the page table and the allocator's `edge_pages` count ordinals, and the extent map
+//! turns one into a block. So compaction or growth can move runs without rewriting entries.
+
+mod image;
+mod writer;
+
+pub use image::RelationImage;
+pub use writer::{RelationWriter, BATCH_BLOCKS};
+
+use crate::index::{build_in_memory, BuildPhase, BuildReport, Cancel, EdgePageFormat};
+use crate::index::{peak_rss_bytes, IndexError, IndexParams, Progress};
+use crate::pages::meta::Meta;
+use crate::pages::BLOCK_SIZE;
+use crate::storage::HeapTid;
+use crate::store::PageStore;
+use std::time::Instant;
+
+/// Builds a complete index over `vectors` (`tids.len()` rows, row-major) into the empty
+/// `store`: every phase of [`crate::index::build_index`], with placement computed for 8 KiB
+/// edge pages, then [`RelationWriter::write`]. `build_id` keys caches and runtime copies
+/// (random per build). The report's file sizes hold one entry, `relation`.
+pub fn build_relation(
+    store: &dyn PageStore,
+    vectors: &[f32],
+    tids: &[HeapTid],
+    params: &IndexParams,
+    build_id: u64,
+    progress: Progress,
+    cancel: Cancel,
+) -> Result<(BuildReport, Meta), IndexError> {
+    let mut built = build_in_memory(
+        vectors,
+        tids,
+        params,
+        EdgePageFormat::Relation,
+        progress,
+        cancel,
+    )?;
+    let mut report = std::mem::take(&mut built.report);
+    let n = tids.len() as u64;
+    progress(BuildPhase::Writing, 0, n);
+    let started = Instant::now();
+    let meta = RelationWriter::write(store, &built.input(), built.medoid, build_id)?;
+    progress(BuildPhase::Writing, n, n);
+    report.phases.push((BuildPhase::Writing, started.elapsed()));
+    report.edge_pages = meta.alloc.edge_pages;
+    let blocks = u64::from(store.nblocks()?);
+    report.file_sizes = vec![("relation".to_string(), blocks * BLOCK_SIZE as u64)];
+    report.peak_rss = peak_rss_bytes();
+    Ok((report, meta))
+}
+
+#[cfg(test)]
+mod tests;
