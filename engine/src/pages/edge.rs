@@ -94,10 +94,15 @@ impl EdgeLayout {
         &mut page[at..at + self.slot_size]
     }
 
-    /// Formats `page` as an empty edge page (every slot free) at `block`. Call
-    /// [`EdgeLayout::seal`] after filling slots.
-    pub fn init_page(&self, page: &mut [u8], block: u32) {
+    /// Formats `page` as an empty edge page (every slot free) at `block`, edge page `ordinal`
+    /// of the index (`aux`). Call [`EdgeLayout::seal`] after filling slots.
+    ///
+    /// Why the ordinal and not a stored live count: the indirection table and the search name
+    /// edge pages by ordinal, so a reader checks the page it got is the one it asked for, as the
+    /// 4 KiB format's page number allowed; the live count is cheap to recount.
+    pub fn init_page(&self, page: &mut [u8], block: u32, ordinal: u32) {
         super::init(page, PageKind::Edge, block);
+        super::set_aux(page, ordinal);
         for slot in 0..self.slots_per_page {
             self.free_slot(page, slot);
         }
@@ -125,11 +130,9 @@ impl EdgeLayout {
         clear_slot(self.slot_bytes_mut(page, slot));
     }
 
-    /// Counts the live slots into `aux` and stores the CRC. Must be the last change before
-    /// the page is written (apart from the LSN and PostgreSQL's checksum).
+    /// Stores the CRC. Must be the last change before the page is written (apart from the LSN
+    /// and PostgreSQL's checksum).
     pub fn seal(&self, page: &mut [u8]) {
-        let live = self.count_live(page);
-        super::set_aux(page, live as u32);
         super::seal(page);
     }
 
@@ -139,10 +142,10 @@ impl EdgeLayout {
             .count()
     }
 
-    /// Checks the common page fields (kind edge, `block`, CRC), every slot's degree and the
-    /// live count, so that [`EdgeLayout::slot`] can trust the page afterwards.
-    pub fn verify(&self, page: &[u8], block: u32) -> Result<(), PageError> {
-        super::verify(page, PageKind::Edge, block)?;
+    /// Checks the common page fields (kind edge, `block`, `ordinal`, CRC) and every slot's
+    /// degree, so that [`EdgeLayout::slot`] can trust the page afterwards.
+    pub fn verify(&self, page: &[u8], block: u32, ordinal: u32) -> Result<(), PageError> {
+        super::verify_ordinal(page, PageKind::Edge, block, ordinal)?;
         let bad = |detail: String| PageError::Content { block, detail };
         for s in 0..self.slots_per_page {
             let at = self.slot_offset(s);
@@ -154,19 +157,17 @@ impl EdgeLayout {
                 )));
             }
         }
-        let live = self.count_live(page);
-        if live != self.live_count(page) {
-            return Err(bad(format!(
-                "edge page live count {} but {live} live slots",
-                self.live_count(page)
-            )));
-        }
         Ok(())
     }
 
-    /// Number of occupied slots as recorded by the last seal.
+    /// Number of occupied slots.
     pub fn live_count(&self, page: &[u8]) -> usize {
-        super::aux(page) as usize
+        self.count_live(page)
+    }
+
+    /// The edge-page ordinal the page was written as (`aux`).
+    pub fn page_ordinal(&self, page: &[u8]) -> u32 {
+        super::aux(page)
     }
 
     /// View of one slot (degree clamped to max_degree, so an unverified page cannot make the
@@ -201,9 +202,10 @@ impl EdgeLayout {
 mod tests {
     use super::*;
 
+    /// Edge page ordinal `block + 1000` at `block`.
     fn page_with(layout: &EdgeLayout, block: u32, lists: &[(u32, Vec<u32>)]) -> Vec<u8> {
         let mut page = vec![0u8; BLOCK_SIZE];
-        layout.init_page(&mut page, block);
+        layout.init_page(&mut page, block, block + 1000);
         for (slot, (owner, ids)) in lists.iter().enumerate() {
             layout.put_slot(&mut page, slot, *owner, ids).unwrap();
         }
@@ -244,7 +246,7 @@ mod tests {
                 })
                 .collect();
             let page = page_with(&layout, 77, &lists);
-            layout.verify(&page, 77).unwrap();
+            layout.verify(&page, 77, 1077).unwrap();
             assert_eq!(layout.live_count(&page), lists.len());
             for (s, (owner, ids)) in lists.iter().enumerate() {
                 let view = layout.slot(&page, s);
@@ -271,7 +273,7 @@ mod tests {
         layout.put_slot(&mut page, 0, 12, &[1]).unwrap();
         layout.free_slot(&mut page, 1);
         layout.seal(&mut page);
-        layout.verify(&page, 5).unwrap();
+        layout.verify(&page, 5, 1005).unwrap();
         assert!(layout.slot_owned_by(&page, 0, 5).is_none());
         assert!(layout.slot_owned_by(&page, 1, 8).is_none());
         assert!(layout.slot_owned_by(&page, 1, FREE_OWNER).is_none());
@@ -287,44 +289,47 @@ mod tests {
         let mut flipped = page.clone();
         flipped[layout.slot_offset(0) + 9] ^= 0x40;
         assert!(matches!(
-            layout.verify(&flipped, 3),
+            layout.verify(&flipped, 3, 1003),
             Err(PageError::Checksum { block: 3, .. })
         ));
         assert_eq!(
-            layout.verify(&page, 4),
+            layout.verify(&page, 4, 1003),
             Err(PageError::WrongBlock { block: 4, found: 3 })
         );
+        assert_eq!(
+            layout.verify(&page, 3, 1004),
+            Err(PageError::WrongOrdinal {
+                block: 3,
+                expected: 1004,
+                found: 1003
+            })
+        );
+        assert_eq!(layout.page_ordinal(&page), 1003);
         // A slot changed without resealing fails the CRC.
         let mut unsealed = page.clone();
         layout.put_slot(&mut unsealed, 1, 9, &[]).unwrap();
         assert!(matches!(
-            layout.verify(&unsealed, 3),
+            layout.verify(&unsealed, 3, 1003),
             Err(PageError::Checksum { .. })
         ));
         // A degree beyond max_degree in a correctly sealed page is caught by content checks.
         let mut wild = page.clone();
         super::super::set_u16(&mut wild, layout.slot_offset(0) + 4, 97);
         super::super::seal(&mut wild);
-        let err = layout.verify(&wild, 3).unwrap_err();
+        let err = layout.verify(&wild, 3, 1003).unwrap_err();
         assert!(err.to_string().contains("degree 97"), "{err}");
         // ... and the view stays inside the slot anyway.
         assert_eq!(layout.slot(&wild, 0).to_vec().len(), 96);
-        // A wrong live count as well.
-        let mut miscounted = page.clone();
-        super::super::set_aux(&mut miscounted, 2);
-        super::super::seal(&mut miscounted);
-        let err = layout.verify(&miscounted, 3).unwrap_err();
-        assert!(err.to_string().contains("live count 2"), "{err}");
         // A vector page is not an edge page.
         let mut other = vec![0u8; BLOCK_SIZE];
         super::super::init(&mut other, PageKind::Vector, 3);
         super::super::seal(&mut other);
         assert!(matches!(
-            layout.verify(&other, 3),
+            layout.verify(&other, 3, 1003),
             Err(PageError::WrongKind { .. })
         ));
         assert!(layout
-            .verify(&vec![0u8; BLOCK_SIZE], 3)
+            .verify(&vec![0u8; BLOCK_SIZE], 3, 1003)
             .unwrap_err()
             .is_new());
     }
@@ -333,7 +338,7 @@ mod tests {
     fn bad_slot_input_is_rejected() {
         let layout = EdgeLayout::new(4).unwrap();
         let mut page = vec![0u8; BLOCK_SIZE];
-        layout.init_page(&mut page, 0);
+        layout.init_page(&mut page, 0, 0);
         let err = layout
             .put_slot(&mut page, 0, 1, &[1, 2, 3, 4, 5])
             .unwrap_err();

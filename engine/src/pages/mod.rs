@@ -23,9 +23,9 @@
 //! | 8184 | 4 | special: engine CRC-32 of the page (see [`page_crc`]) |
 //! | 8188 | 4 | special: `aux`, per kind |
 //!
-//! `aux` is the live slot count on edge pages and, on pages of a dense array (vector,
-//! indirection, codes, page table), the page's ordinal among the pages of its kind, so that a
-//! page the extent map resolved wrongly is caught even though its block number is right.
+//! `aux` is the page's ordinal among the pages of its kind (edge, vector, indirection, codes,
+//! page table, blob, extent map), so that a page the extent map resolved wrongly is caught even
+//! though its block number is right.
 //!
 //! Why `pd_lower = pd_upper = pd_special` rather than `PageInit`'s `pd_lower = 24`: PostgreSQL
 //! treats the bytes between `pd_lower` and `pd_upper` as an unused hole. A full-page image of a

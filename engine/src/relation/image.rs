@@ -306,7 +306,7 @@ impl Reader<'_> {
             let block = map.block(PageKind::Edge, p).expect("inside the capacity");
             self.read(block)?;
             layout
-                .verify(&self.page, block)
+                .verify(&self.page, block, p)
                 .map_err(|e| self.page_error(e))?;
             let count = layout.live_count(&self.page) as u32;
             if p >= edge_pages {

@@ -239,7 +239,7 @@ fn write_edges(
     for p in 0..capacity {
         let block = out.block(PageKind::Edge, p);
         let page = out.page(block)?;
-        layout.init_page(page, block);
+        layout.init_page(page, block, p);
         if p < pages {
             let cells = &members[p as usize * spp..(p as usize + 1) * spp];
             for (slot, &v) in cells.iter().enumerate() {

@@ -197,7 +197,7 @@ fn blocks_are_read_across_segments_and_verify() {
     let mut pages = Vec::new();
     for block in 1..40u32 {
         let mut page = vec![0u8; BLOCK_SIZE];
-        layout.init_page(&mut page, block);
+        layout.init_page(&mut page, block, block - 1);
         layout
             .put_slot(&mut page, 0, block * 10, &[block, block + 1])
             .unwrap();
@@ -219,7 +219,7 @@ fn blocks_are_read_across_segments_and_verify() {
             if b == 0 {
                 verify(page, PageKind::Meta, 0).unwrap();
             } else {
-                layout.verify(page, b).unwrap();
+                layout.verify(page, b, b - 1).unwrap();
                 assert_eq!(layout.slot(page, 0).owner(), b * 10);
             }
         }
