@@ -44,7 +44,7 @@ use std::io;
 use crate::casr::{self, RerankPolicy};
 use crate::counters::SearchCounters;
 use crate::distance::{normalize, Metric};
-use crate::storage::{EdgeLocation, EdgePageLayout, HeapTid, IndirEntry, PAGE_SIZE};
+use crate::storage::{EdgeLocation, EdgePageLayout, HeapTid, IndirEntry};
 use crate::VertexId;
 
 /// What a search needs from an index: metadata, PQ scoring, the entrance graph and two batched
@@ -75,7 +75,8 @@ pub trait IndexSource {
     fn is_empty(&self) -> bool {
         false
     }
-    /// Reads edge pages `pages` into `out` (`pages.len() * PAGE_SIZE` bytes) as one batch.
+    /// Reads edge pages `pages` into `out` (`pages.len() * edge_layout().page_size()` bytes) as
+    /// one batch.
     fn read_edge_pages(&mut self, pages: &[u32], out: &mut [u8]) -> io::Result<u64>;
     /// Loads the vectors and heap TIDs of `ids` as one batch, appending to `vectors` and
     /// `tids`; returns the bytes read from the device. A vertex that stopped being a result
@@ -541,6 +542,7 @@ impl<'a, S: IndexSource> SearchCursor<'a, S> {
         retries: &mut HashMap<VertexId, u32>,
     ) -> io::Result<()> {
         let layout = self.source.edge_layout();
+        let page_size = layout.page_size();
         let mut located: Vec<(VertexId, EdgeLocation)> = Vec::with_capacity(frontier.len());
         for &v in frontier {
             match self.source.entry(v) {
@@ -553,11 +555,11 @@ impl<'a, S: IndexSource> SearchCursor<'a, S> {
         pages.dedup();
         self.counters.hops += 1;
         if !pages.is_empty() {
-            self.page_buf.resize(pages.len() * PAGE_SIZE, 0);
+            self.page_buf.resize(pages.len() * page_size, 0);
             let cached = self.source.read_edge_pages(&pages, &mut self.page_buf)?;
             self.counters.edge_pages_read += pages.len() as u64;
             self.counters.edge_page_cache_hits += cached;
-            self.counters.bytes_read += (pages.len() as u64 - cached) * PAGE_SIZE as u64;
+            self.counters.bytes_read += (pages.len() as u64 - cached) * page_size as u64;
             self.counters.read_batches += 1;
         }
         if self.params.packed {
@@ -567,7 +569,7 @@ impl<'a, S: IndexSource> SearchCursor<'a, S> {
         let mut neighbours: Vec<VertexId> = Vec::new();
         for &(v, loc) in &located {
             let index = pages.binary_search(&loc.page).expect("page was requested");
-            let page = &page_buf[index * PAGE_SIZE..(index + 1) * PAGE_SIZE];
+            let page = &page_buf[index * page_size..(index + 1) * page_size];
             check_page_number(&layout, page, loc.page)?;
             match layout.slot_owned_by(page, loc.slot as usize, v) {
                 Some(slot) => {
@@ -582,7 +584,7 @@ impl<'a, S: IndexSource> SearchCursor<'a, S> {
         }
         if self.params.colocated {
             for (index, _) in pages.iter().enumerate() {
-                let page = &page_buf[index * PAGE_SIZE..(index + 1) * PAGE_SIZE];
+                let page = &page_buf[index * page_size..(index + 1) * page_size];
                 for s in 0..layout.slots_per_page() {
                     let slot = layout.slot(page, s);
                     if slot.is_free() || !self.list.claim(slot.owner()) {
@@ -831,6 +833,7 @@ mod tests {
     use super::*;
     use crate::storage::FLAG_DELETED;
     use crate::storage::FLAG_LIVE;
+    use crate::storage::PAGE_SIZE;
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha8Rng;
 

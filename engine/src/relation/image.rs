@@ -102,6 +102,44 @@ impl RelationImage {
         Ok(image)
     }
 
+    /// What opening an index needs, read and verified without the bulk pages: the metapage,
+    /// the extent map, every indirection entry, every PQ code and both blobs. `adjacency`,
+    /// `vectors` and `page_table` stay empty: searches read edge pages and vectors from disk
+    /// as they go.
+    pub fn read_hot(store: &dyn PageStore, name: &Path) -> Result<RelationImage, StorageError> {
+        let mut r = Reader {
+            store,
+            name: name.to_path_buf(),
+            page: vec![0u8; BLOCK_SIZE],
+            nblocks: store.nblocks()?,
+        };
+        if r.nblocks == 0 {
+            return Err(r.corrupt("the relation has no blocks, so no metapage".into()));
+        }
+        r.read(0)?;
+        pages::verify(&r.page, PageKind::Meta, 0).map_err(|e| r.page_error(e))?;
+        let meta = Meta::decode(&r.page).map_err(|e| r.page_error(e))?;
+        let map = r.extent_map(&meta)?;
+        let geometry = Geometry::of(&r, &meta)?;
+        let mut image = RelationImage {
+            nblocks: r.nblocks,
+            meta,
+            extent_map: map,
+            entries: Vec::new(),
+            adjacency: Vec::new(),
+            vectors: Vec::new(),
+            codes: Vec::new(),
+            page_table: Vec::new(),
+            codebook: Vec::new(),
+            entrance: Vec::new(),
+            unmapped_blocks: 0,
+        };
+        r.indirection(&mut image)?;
+        r.codes(&mut image, &geometry.codes)?;
+        r.blobs(&mut image)?;
+        Ok(image)
+    }
+
     /// Ids below `next_vertex` (published or free).
     pub fn len(&self) -> usize {
         self.entries.len()

@@ -31,9 +31,11 @@
 //! turns one into a block. So compaction or growth can move runs without rewriting entries.
 
 mod image;
+mod open;
 mod writer;
 
 pub use image::RelationImage;
+pub use open::{RelationIndex, RelationReader};
 pub use writer::{RelationWriter, BATCH_BLOCKS};
 
 use crate::index::{build_in_memory, BuildPhase, BuildReport, Cancel, EdgePageFormat};

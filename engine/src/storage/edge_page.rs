@@ -30,12 +30,18 @@ const OFF_LIVE: usize = 6;
 const OFF_PAGE_NO: usize = 8;
 const OFF_CRC: usize = 12;
 
-/// Geometry of edge pages for one index, derived from its `max_degree`.
+/// Geometry of edge pages for one index, derived from its `max_degree`: the 4 KiB side-file
+/// pages described above, or the 8 KiB relation pages of `crate::pages::edge`
+/// ([`EdgePageLayout::for_relation`]). Searches read both through this one type (slot views,
+/// owner stamps, page names); the write-side methods (`init_page`, `put_slot`, `free_slot`,
+/// `seal`, `verify`, `live_count`) are for side-file pages only, relation pages are written and
+/// verified with `crate::pages::edge::EdgeLayout`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct EdgePageLayout {
     max_degree: usize,
     slot_size: usize,
     slots_per_page: usize,
+    relation: bool,
 }
 
 impl EdgePageLayout {
@@ -60,7 +66,35 @@ impl EdgePageLayout {
             max_degree,
             slot_size,
             slots_per_page,
+            relation: false,
         })
+    }
+
+    /// The layout of 8 KiB relation edge pages (RFC 0001 §2) with the same slots.
+    pub fn for_relation(max_degree: usize) -> Result<Self, StorageError> {
+        let pages = crate::pages::edge::EdgeLayout::new(max_degree)?;
+        Ok(EdgePageLayout {
+            max_degree,
+            slot_size: pages.slot_size(),
+            slots_per_page: pages.slots_per_page(),
+            relation: true,
+        })
+    }
+
+    /// Bytes per edge page: 4096 in side files, 8192 in the relation.
+    pub fn page_size(&self) -> usize {
+        if self.relation {
+            crate::pages::BLOCK_SIZE
+        } else {
+            PAGE_SIZE
+        }
+    }
+
+    fn assert_side_file(&self) {
+        assert!(
+            !self.relation,
+            "relation edge pages are written and verified with pages::edge::EdgeLayout"
+        );
     }
 
     /// Largest max_degree for which one slot still fits a page.
@@ -81,12 +115,18 @@ impl EdgePageLayout {
     }
 
     fn slot_offset(&self, slot: usize) -> usize {
-        PAGE_HEADER_SIZE + slot * self.slot_size
+        let header = if self.relation {
+            crate::pages::PAYLOAD_OFFSET
+        } else {
+            PAGE_HEADER_SIZE
+        };
+        header + slot * self.slot_size
     }
 
     /// Formats `page` as an empty page (every slot free) with number `page_no`. Call
     /// [`EdgePageLayout::seal`] after filling slots.
     pub fn init_page(&self, page: &mut [u8], page_no: u32) {
+        self.assert_side_file();
         assert_eq!(page.len(), PAGE_SIZE, "edge pages are {PAGE_SIZE} bytes");
         page.fill(0);
         put_u32(page, OFF_MAGIC, PAGE_MAGIC);
@@ -125,6 +165,7 @@ impl EdgePageLayout {
     /// Recomputes the live-slot count and the checksum. Must be the last change before the
     /// page is written.
     pub fn seal(&self, page: &mut [u8]) {
+        self.assert_side_file();
         let live = (0..self.slots_per_page)
             .filter(|&s| read_u32(page, self.slot_offset(s)) != FREE_OWNER)
             .count();
@@ -136,6 +177,7 @@ impl EdgePageLayout {
     /// that [`EdgePageLayout::slot`] can trust the page afterwards. `path` only names the file
     /// in errors.
     pub fn verify(&self, path: &Path, page: &[u8], page_no: u32) -> Result<(), StorageError> {
+        self.assert_side_file();
         let bad =
             |detail: String| StorageError::corrupt(path, format!("edge page {page_no}: {detail}"));
         if page.len() != PAGE_SIZE {
@@ -185,12 +227,18 @@ impl EdgePageLayout {
 
     /// Number of occupied slots as recorded in the header.
     pub fn live_count(&self, page: &[u8]) -> usize {
+        self.assert_side_file();
         read_u16(page, OFF_LIVE) as usize
     }
 
-    /// The page number stamped in the header.
+    /// The page number stamped in the header (side files), or the edge-page ordinal in the
+    /// special space (relation): the name the indirection table gives the page.
     pub fn page_number(&self, page: &[u8]) -> u32 {
-        read_u32(page, OFF_PAGE_NO)
+        if self.relation {
+            crate::pages::aux(page)
+        } else {
+            read_u32(page, OFF_PAGE_NO)
+        }
     }
 
     /// View of one slot. The degree is clamped to max_degree so an unverified page cannot
