@@ -395,3 +395,73 @@ fn page_store_writes_a_private_relation_through_wal() {
         "{records:?}"
     );
 }
+
+/// The engine's relation build through PgStore inside a real server (RFC 0001 stage 2 on the
+/// PostgreSQL side): every page lands in the fork as a BULK_IMAGES record, the image decodes
+/// and cross-checks, the fork's size is its block count, and the build's WAL is about the
+/// relation's size (images without their holes), which is what CREATE INDEX will write.
+#[pg_test]
+fn relation_build_through_pg_store_and_its_wal_volume() {
+    use crate::pgstore::PgStore;
+    use navis_engine::dataset::synthetic_clustered;
+    use navis_engine::index::IndexParams;
+    use navis_engine::pages::BLOCK_SIZE;
+    use navis_engine::relation::{build_relation, RelationImage};
+    use navis_engine::storage::HeapTid;
+    use navis_engine::store::PageStore;
+    Spi::run("CREATE EXTENSION IF NOT EXISTS pg_walinspect").unwrap();
+    Spi::run("CREATE TABLE scratch_build (x int)").unwrap();
+    let oid = Spi::get_one::<pg_sys::Oid>("SELECT 'scratch_build'::regclass::oid").unwrap().unwrap();
+    let start_lsn = Spi::get_one::<String>("SELECT pg_current_wal_insert_lsn()::text").unwrap().unwrap();
+    let (n, dim) = (3000usize, 32usize);
+    let vectors = synthetic_clustered(n, dim, 16, 5);
+    let tids: Vec<HeapTid> = (0..n as u32).map(|i| HeapTid { block: i / 40, offset: (i % 40 + 1) as u16 }).collect();
+    let params = IndexParams {
+        max_degree: 32,
+        build_list: 64,
+        pq_bytes: Some(8),
+        threads: 2,
+        ..IndexParams::default()
+    };
+    // SAFETY: opened and closed here under a lock that keeps the relation in place.
+    let rel = unsafe { pg_sys::table_open(oid, pg_sys::AccessExclusiveLock as i32) };
+    let store = PgStore::for_new_relation(rel).unwrap();
+    let (_, meta) = build_relation(&store, &vectors, &tids, &params, 77, &|_, _, _| {}, &|| false).unwrap();
+    let blocks = store.nblocks().unwrap();
+    assert_eq!(crate::relstore::nblocks(rel), blocks);
+    let image = RelationImage::read(&store).unwrap();
+    assert_eq!(image.meta, meta);
+    assert_eq!(image.len(), n);
+    for v in (0..n).step_by(97) {
+        assert_eq!(image.vector(v as u32), &vectors[v * dim..(v + 1) * dim]);
+        assert_eq!(image.tid(v as u32), Some(tids[v]));
+    }
+    // SAFETY: opened above.
+    unsafe { pg_sys::table_close(rel, pg_sys::AccessExclusiveLock as i32) };
+    let size = Spi::get_one::<i64>("SELECT pg_relation_size('scratch_build')").unwrap().unwrap();
+    assert_eq!(size, blocks as i64 * BLOCK_SIZE as i64);
+    // SAFETY: flushing WAL up to the insert position is always allowed.
+    unsafe { pg_sys::XLogFlush(pg_sys::GetXLogInsertRecPtr()) };
+    let (records, wal_bytes) = Spi::connect(|c| {
+        let row = c
+            .select(
+                &format!(
+                    "SELECT count(*)::int8, sum(record_length)::int8 FROM pg_get_wal_records_info('{start_lsn}', pg_current_wal_flush_lsn())
+                     WHERE resource_manager = 'navis'"
+                ),
+                None,
+                &[],
+            )
+            .unwrap()
+            .first();
+        (row.get::<i64>(1).unwrap().unwrap(), row.get::<i64>(2).unwrap().unwrap())
+    });
+    let ratio = wal_bytes as f64 / size as f64;
+    pgrx::notice!(
+        "relation build: {n} x {dim}-d, {blocks} blocks ({size} bytes), {records} navis WAL records, {wal_bytes} WAL bytes = {ratio:.3} x the relation"
+    );
+    assert!(records as u32 >= blocks.div_ceil(32), "{records} records for {blocks} blocks");
+    // Whole-page images without holes and unused run tails compress below the relation size;
+    // record headers add a little. Anything far outside means pages went missing or twice.
+    assert!((0.2..=1.05).contains(&ratio), "WAL {wal_bytes} bytes for a {size}-byte relation");
+}
