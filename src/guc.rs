@@ -27,6 +27,7 @@ pub static CASR_ENABLED: GucSetting<bool> = GucSetting::<bool>::new(true);
 pub static DIRECT_IO: GucSetting<bool> = GucSetting::<bool>::new(true);
 /// `navis.max_scan_tuples`: bound on rows an ordered scan may produce when the executor keeps
 /// asking for more (LIMIT above the list, or a selective WHERE), like `hnsw.max_scan_tuples`.
+/// Below it a scan ends only when the index has no row left to return.
 pub static MAX_SCAN_TUPLES: GucSetting<i32> = GucSetting::<i32>::new(20_000);
 /// NAVIS-Cache size in MB (postmaster). 0 turns the cache off.
 pub static CACHE_SIZE_MB: GucSetting<i32> = GucSetting::<i32>::new(64);
@@ -141,7 +142,9 @@ pub fn register() {
     int(
         c"navis.max_scan_tuples",
         c"Maximum rows a navis index scan returns when the executor keeps asking for more.",
-        c"Bounds the work of LIMIT above the search list and of selective filters.",
+        c"Bounds the work of LIMIT above the search list and of selective filters. Below it a \
+          scan goes on (graph passes, then exhaustive rounds) until every row of the index was \
+          returned; its state is bounded by work_mem.",
         &MAX_SCAN_TUPLES,
         1,
         i32::MAX,

@@ -5,8 +5,10 @@
 //! [`SearchCursor`] on the query vector from `orderbys[0]`, and hands the executor one heap TID
 //! per `amgettuple` in non-decreasing exact distance (`xs_recheckorderby = false`). When the
 //! executor asks for more rows than the first pass produced (LIMIT above `navis.search_list`,
-//! or a WHERE clause that drops rows) the cursor runs further passes, up to
-//! `navis.max_scan_tuples` rows per scan.
+//! or a WHERE clause that drops rows) the cursor goes on: graph passes, then exhaustive
+//! rounds over every live vertex (`navis_engine::search`), so a scan ends only when every
+//! row of the index has been returned (or skipped: found after a farther row) or after
+//! `navis.max_scan_tuples` rows. The cursor's state is bounded by `work_mem`.
 
 use crate::datum::VectorInput;
 use crate::errors::raise;
@@ -444,12 +446,18 @@ pub unsafe extern "C-unwind" fn amrescan(
 
 fn search_params() -> (SearchParams, bool) {
     let list = guc::SEARCH_LIST.get().max(1) as usize;
+    // SAFETY: reading a PostgreSQL GUC variable (kilobytes) in a backend.
+    let work_mem_kb = unsafe { pg_sys::work_mem }.max(64) as usize;
     let params = SearchParams {
         k: (guc::RERANK_TOP_K.get().max(1) as usize).min(list),
         list,
         beam_width: guc::BEAM_WIDTH.get().max(1) as usize,
         entry_list: guc::ENTRY_POINTS.get().max(1) as usize,
         casr: CasrMode::Off,
+        // What one scan may hold past its first pass, as a sort node may (pgvector bounds its
+        // iterative scans by work_mem too).
+        scan_memory: work_mem_kb.saturating_mul(1024),
+        max_results: guc::MAX_SCAN_TUPLES.get().max(1) as usize,
         ..SearchParams::default()
     };
     (params, guc::CASR_ENABLED.get())

@@ -50,6 +50,13 @@ pub struct SearchCounters {
     pub visited: u64,
     /// Resumptions of a cursor past its first pass.
     pub resumes: u64,
+    /// Live vertices a cursor will never return because a farther result came first (misses
+    /// of the approximate graph passes; see `search`'s ordering guarantee).
+    pub order_skips: u64,
+    /// Exhaustive rounds of a cursor: each reads every live vertex's vector once.
+    pub exhaustive_rounds: u64,
+    /// Full vectors loaded by exhaustive rounds.
+    pub exhaustive_vector_loads: u64,
 }
 
 impl SearchCounters {
@@ -83,6 +90,9 @@ impl SearchCounters {
             explored_set,
             visited,
             resumes,
+            order_skips,
+            exhaustive_rounds,
+            exhaustive_vector_loads,
         } = *other;
         // Destructuring above makes adding a field without merging it a compile error.
         self.queries += queries;
@@ -104,6 +114,9 @@ impl SearchCounters {
         self.explored_set += explored_set;
         self.visited += visited;
         self.resumes += resumes;
+        self.order_skips += order_skips;
+        self.exhaustive_rounds += exhaustive_rounds;
+        self.exhaustive_vector_loads += exhaustive_vector_loads;
     }
 
     /// Sum of a sequence of counters (e.g. one total per thread).
@@ -120,9 +133,9 @@ impl SearchCounters {
         self.edge_pages_read - self.edge_page_cache_hits
     }
 
-    /// All full-vector loads, rerank and packed emulation together.
+    /// All full-vector loads: rerank, packed emulation and exhaustive rounds together.
     pub fn vector_loads(&self) -> u64 {
-        self.rerank_vector_loads + self.packed_vector_loads
+        self.rerank_vector_loads + self.packed_vector_loads + self.exhaustive_vector_loads
     }
 
     /// Mean of `value` per query; 0 when no query was counted.

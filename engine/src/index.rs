@@ -1061,6 +1061,13 @@ impl IndexSource for DiskReader<'_> {
         self.index.files.manifest().medoid
     }
 
+    fn id_bound(&self) -> VertexId {
+        // Ids are handed out in order (or reused below the mark); every id below the mark has
+        // its vector slot in the file.
+        let files = &self.index.files;
+        (files.state().get(Field::NextVertex)).min(files.indirection().capacity() as u32)
+    }
+
     fn read_edge_pages(&mut self, pages: &[u32], out: &mut [u8]) -> io::Result<u64> {
         let Some(binding) = self.index.files.page_cache() else {
             self.io.read_edge_pages_into(pages, out)?;
@@ -1104,12 +1111,39 @@ impl IndexSource for DiskReader<'_> {
         vectors: &mut Vec<f32>,
         tids: &mut Vec<HeapTid>,
     ) -> io::Result<u64> {
-        let layout = self.index.files.vector_layout();
-        let slot_size = layout.slot_size();
+        let slot_size = self.index.files.vector_layout().slot_size();
         // The vector of vertex v is in slot v (ids are reused together with their slots).
         self.slot_buf.resize(ids.len() * slot_size, 0);
         let bytes = self.io.read_vectors(ids, &mut self.slot_buf)?;
-        for (&id, raw) in ids.iter().zip(self.slot_buf.chunks_exact(slot_size)) {
+        self.parse_slots(ids.iter().copied(), vectors, tids)?;
+        Ok(bytes)
+    }
+
+    fn load_vector_run(
+        &mut self,
+        first: VertexId,
+        count: usize,
+        vectors: &mut Vec<f32>,
+        tids: &mut Vec<HeapTid>,
+    ) -> io::Result<u64> {
+        let slot_size = self.index.files.vector_layout().slot_size();
+        self.slot_buf.resize(count * slot_size, 0);
+        let bytes = self.io.read_vector_run(first, count, &mut self.slot_buf)?;
+        self.parse_slots(first..first + count as VertexId, vectors, tids)?;
+        Ok(bytes)
+    }
+}
+
+impl DiskReader<'_> {
+    /// Decodes the slots of `ids` from `slot_buf`, appending to `vectors` and `tids`.
+    fn parse_slots(
+        &self,
+        ids: impl Iterator<Item = VertexId>,
+        vectors: &mut Vec<f32>,
+        tids: &mut Vec<HeapTid>,
+    ) -> io::Result<()> {
+        let layout = self.index.files.vector_layout();
+        for (id, raw) in ids.zip(self.slot_buf.chunks_exact(layout.slot_size())) {
             let slot = layout.parse_slot(raw).map_err(storage_to_io)?;
             let at = vectors.len();
             vectors.resize(at + layout.dim(), 0.0);
@@ -1133,7 +1167,7 @@ impl IndexSource for DiskReader<'_> {
                 tids.push(HeapTid::default());
             }
         }
-        Ok(bytes)
+        Ok(())
     }
 }
 

@@ -332,6 +332,58 @@ impl PageReader {
         result.map(|()| self.stats.bytes - before)
     }
 
+    /// Reads the consecutive slots `first..first + count` into `out` (raw slot bytes, as
+    /// [`PageReader::read_vectors`]) as one sequential run: the covering byte range (whole
+    /// sectors under O_DIRECT) in requests of at most [`RUN_REQUEST_BYTES`], queued as one
+    /// batch. An exhaustive scan wants every slot of the file; one request per slot would read
+    /// a whole sector for each. Returns the bytes transferred.
+    pub fn read_vector_run(&mut self, first: u32, count: usize, out: &mut [u8]) -> io::Result<u64> {
+        let slot_size = self.vector_layout.slot_size();
+        if out.len() != count * slot_size {
+            return Err(invalid("output buffer must hold exactly the slots read"));
+        }
+        if count == 0 {
+            return Ok(0);
+        }
+        let before = self.stats.bytes;
+        let start = self.vector_layout.slot_offset(first);
+        let range = if self.direct {
+            SectorRange::covering(start, out.len())
+        } else {
+            SectorRange {
+                start,
+                len: out.len(),
+                skip: 0,
+            }
+        };
+        let mut pages = AlignedPage::vec(range.len.div_ceil(PAGE_SIZE));
+        let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut pages);
+        let needed_end = range.skip + out.len();
+        let vectors = &self.vectors;
+        let mut reqs: Vec<ReadReq> = bytes[..range.len]
+            .chunks_mut(RUN_REQUEST_BYTES)
+            .enumerate()
+            .map(|(i, buf)| {
+                let at = i * RUN_REQUEST_BYTES;
+                ReadReq {
+                    file: vectors,
+                    offset: range.start + at as u64,
+                    needed: needed_end.saturating_sub(at).min(buf.len()),
+                    buf,
+                }
+            })
+            .collect();
+        run_batch(
+            &mut self.backend,
+            self.queue_depth,
+            &mut self.stats,
+            &mut reqs,
+        )?;
+        drop(reqs);
+        out.copy_from_slice(&bytes[range.skip..needed_end]);
+        Ok(self.stats.bytes - before)
+    }
+
     fn read_vector_chunk(
         &mut self,
         slots: &[u32],
@@ -377,6 +429,9 @@ impl PageReader {
         Ok(())
     }
 }
+
+/// Largest request of a sequential run read ([`PageReader::read_vector_run`]).
+pub const RUN_REQUEST_BYTES: usize = 64 << 10;
 
 /// The 4 KiB-aligned byte range covering `len` bytes at `offset`.
 struct SectorRange {
@@ -754,6 +809,34 @@ mod tests {
             assert_eq!(r.stats().reads, slots.len() as u64);
         }
         assert_eq!(f.slots, 200);
+    }
+
+    #[test]
+    fn vector_runs_match_file_bytes() {
+        // 200 slots of 412 bytes span more than one run request (64 KiB).
+        let f = files(1, 100, 200);
+        let size = f.layout.slot_size();
+        for mut r in all_configurations(&f, 4) {
+            for (first, count) in [(0u32, 200usize), (3, 1), (150, 50), (9, 2), (7, 0)] {
+                let mut out = vec![0u8; count * size];
+                let bytes = r.read_vector_run(first, count, &mut out).unwrap();
+                let at = f.layout.slot_offset(first) as usize;
+                assert!(
+                    out == f.vector_bytes[at..at + count * size],
+                    "{} run {first}+{count}",
+                    r.backend_name()
+                );
+                let expected = if count == 0 {
+                    0
+                } else if r.backend_name().ends_with("O_DIRECT") {
+                    SectorRange::covering(at as u64, count * size).len as u64
+                } else {
+                    (count * size) as u64
+                };
+                assert_eq!(bytes, expected, "{} run {first}+{count}", r.backend_name());
+            }
+            assert!(r.read_vector_run(0, 2, &mut [0u8; 10]).is_err());
+        }
     }
 
     #[test]

@@ -1,10 +1,12 @@
 //! navis-bench: build and search NAVIS indexes over `.fbin` files, printing markdown tables.
 //!
 //! ```text
-//! navis-bench build --base X.fbin --out DIR [--max-degree 96] [--build-list 128] [--alpha 1.2]
-//!                   [--pq-bytes N] [--metric l2|cosine|ip] [--threads N] [--limit N]
-//! navis-bench search --index DIR --queries Q.fbin --gt GT.bin [--k 10] [--lists 20,40,80,160]
-//!                    [--casr auto|off|W] [--casr-percentile 99] [--warmup N] [--packed] [--no-entrance] [--colocated]
+//! navis-bench build --base X.fbin --out DIR|FILE [--layout side|relation] [--max-degree 96]
+//!                   [--build-list 128] [--alpha 1.2] [--pq-bytes N] [--metric l2|cosine|ip]
+//!                   [--threads N] [--limit N]
+//! navis-bench search --index DIR|FILE --queries Q.fbin --gt GT.bin [--layout side|relation]
+//!                    [--k 10] [--lists 20,40,80,160] [--casr auto|off|W] [--casr-percentile 99]
+//!                    [--warmup N] [--packed] [--no-entrance] [--colocated] [--io-detail]
 //!                    [--threads N] [--limit-queries N]
 //!                    [--cache-mb N [--cache-policy navis|lru|off] [--cache-search-promote N]]
 //! navis-bench casr-sweep --index DIR --queries Q.fbin --gt GT.bin [--k 10] [--lists 40,80,160]
@@ -18,14 +20,21 @@
 //! ```
 //!
 //! Counters are deterministic (DESIGN.md §7) and printed beside wall-clock numbers.
+//! `--layout side` (the default) is the side directory of 4 KiB-page files; `--layout relation`
+//! is one relation file of 8 KiB pages (RFC 0001, `navis_bench/relation.rs`), searched with a
+//! fixed CASR window (`--casr W` or `off`). `--io-detail` adds edge/vector bytes and read
+//! batches per query.
+
+#[path = "navis_bench/queries.rs"]
+mod queries;
+#[path = "navis_bench/relation.rs"]
+mod relation;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use navis_engine::cache::{
-    CacheBinding, CacheConfig, CacheStats, FrozenEviction, PageCache, Policy,
-};
+use navis_engine::cache::{CacheBinding, CacheConfig, FrozenEviction, PageCache, Policy};
 use navis_engine::casr::{
     self, max_safe_pq_ratio, min_safe_window_with_floor, percentile, ratio_percentile, rerank_rule,
     Rerank, StopRule, WindowCalibrator,
@@ -39,6 +48,8 @@ use navis_engine::index::{
 use navis_engine::search::{prepare_query, CasrMode, IndexSource, SearchCursor, SearchParams};
 use navis_engine::storage::{EdgePageLayout, HeapTid, IndirEntry};
 use navis_engine::{Kernels, Metric, VertexId};
+use queries::{print_io_table, print_search_table, run_queries_with, Row, SearchInputs};
+use relation::Layout;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -143,6 +154,7 @@ fn parse_casr(a: &Args) -> Result<CasrSetting> {
 fn cmd_build(a: &Args) -> Result<()> {
     let base = PathBuf::from(a.str("base")?);
     let out = PathBuf::from(a.str("out")?);
+    let layout = Layout::parse(a)?;
     let limit = a
         .values
         .get("limit")
@@ -173,11 +185,16 @@ fn cmd_build(a: &Args) -> Result<()> {
         })
         .collect();
     eprintln!(
-        "building {} rows of {} dims from {} into {} (R={} L={} alpha={} threads={})",
+        "building {} rows of {} dims from {} into {}{} (R={} L={} alpha={} threads={})",
         n,
         data.dim,
         base.display(),
         out.display(),
+        if layout == Layout::Relation {
+            " (relation layout, 8 KiB pages)"
+        } else {
+            ""
+        },
         params.max_degree,
         params.build_list,
         params.alpha,
@@ -199,8 +216,11 @@ fn cmd_build(a: &Args) -> Result<()> {
             *last = line;
         }
     };
-    let report = build_index(&out, &data.data, &tids, &params, &progress, &|| false)
-        .map_err(|e| e.to_string())?;
+    let report = match layout {
+        Layout::Side => build_index(&out, &data.data, &tids, &params, &progress, &|| false)
+            .map_err(|e| e.to_string())?,
+        Layout::Relation => relation::build(&out, &data.data, &tids, &params, &progress)?,
+    };
     let raw = (n * data.dim * 4) as u64;
     println!("| phase | seconds |\n|---|---|");
     for (phase, t) in &report.phases {
@@ -240,44 +260,20 @@ fn cmd_build(a: &Args) -> Result<()> {
     Ok(())
 }
 
-/// One search thread's (query, ids, latency) triples and its counters.
-type ThreadResult = (Vec<(usize, Vec<VertexId>, Duration)>, SearchCounters);
-
-struct Row {
-    list: usize,
-    recall: f64,
-    qps: f64,
-    p50_us: f64,
-    p99_us: f64,
-    c: SearchCounters,
-    window: Option<usize>,
-    /// Edge-page cache counters of this row's queries, when a cache is attached.
-    cache: Option<CacheStats>,
-}
-
 fn cmd_search(a: &Args) -> Result<()> {
+    if Layout::parse(a)? == Layout::Relation {
+        return relation::cmd_search(a);
+    }
     let dir = PathBuf::from(a.str("index")?);
-    let qpath = PathBuf::from(a.str("queries")?);
-    let gpath = PathBuf::from(a.str("gt")?);
-    let k: usize = a.num("k", 10)?;
-    let limit_q = a
-        .values
-        .get("limit-queries")
-        .map(|v| v.parse::<usize>())
-        .transpose();
-    let limit_q = limit_q.map_err(|_| "--limit-queries: not a number".to_string())?;
-    let queries =
-        read_fbin_rows(&qpath, limit_q).map_err(|e| format!("{}: {e}", qpath.display()))?;
-    let gt = read_ground_truth(&gpath).map_err(|e| format!("{}: {e}", gpath.display()))?;
-    let lists = parse_lists(a, "20,40,80,160")?;
+    let inputs = SearchInputs::parse(a)?;
+    let (queries, gt, k, threads) = (&inputs.queries, &inputs.gt, inputs.k, inputs.threads);
     let casr = parse_casr(a)?;
     let warmup: usize = a.num("warmup", 1000)?;
     // Percentile of the warm-up minimal safe windows (navis.casr_percentile_search).
     let casr_percentile: f64 = a.num("casr-percentile", casr::SEARCH_PERCENTILE)?;
-    let threads: usize = a.num("threads", 1)?;
     let index = Index::open(&dir).map_err(|e| e.to_string())?;
     let cache = attach_cache(a, &index)?;
-    let nq = queries.data.len() / queries.dim;
+    let nq = inputs.nq();
     if queries.dim != index.dim() {
         return Err(format!(
             "queries have {} dims, the index {}",
@@ -316,7 +312,7 @@ fn cmd_search(a: &Args) -> Result<()> {
         );
     }
     let mut rows = Vec::new();
-    for &list in &lists {
+    for &list in &inputs.lists {
         // Each list calibrates its own window (warm-up queries rerank everything and are
         // excluded from the timing and counters below).
         index.set_calibrator(
@@ -340,7 +336,7 @@ fn cmd_search(a: &Args) -> Result<()> {
             &index,
             &queries.data,
             queries.dim,
-            &gt,
+            gt,
             params,
             casr,
             threads,
@@ -351,32 +347,9 @@ fn cmd_search(a: &Args) -> Result<()> {
             row.cache = Some(c.stats().since(&before));
         }
     }
-    println!("| L | recall@{k} | QPS | p50 µs | p99 µs | hops | edge pages/q | vector loads/q | CASR w | loads/rerank | explored | loads/explored | bytes/q | PQ dists/q |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
-    for r in &rows {
-        let c = &r.c;
-        println!(
-            "| {} | {:.4} | {:.0} | {:.0} | {:.0} | {:.1} | {:.1} | {:.1} | {} | {:.1} | {:.1} | {:.3} | {:.0} | {:.0} |",
-            r.list,
-            r.recall,
-            r.qps,
-            r.p50_us,
-            r.p99_us,
-            c.per_query(c.hops),
-            c.per_query(c.edge_pages_read),
-            c.per_query(c.vector_loads()),
-            match (casr, base.packed) {
-                (_, true) => "-".to_string(),
-                (CasrSetting::Off, _) => "off".to_string(),
-                (CasrSetting::Window(w), _) => w.to_string(),
-                (CasrSetting::Auto, _) => r.window.map_or("?".into(), |w| w.to_string()),
-            },
-            c.loads_per_rerank(),
-            c.explored_per_rerank(),
-            c.rerank_load_fraction(),
-            c.per_query(c.bytes_read),
-            c.per_query(c.pq_distances),
-        );
+    print_search_table(&rows, k, casr, base.packed);
+    if a.flag("io-detail") {
+        print_io_table(&rows, index.files().edge_layout().page_size());
     }
     if cache.is_some() {
         println!("\n| L | cache hit rate | frozen hits | window hits | edge-page device reads/q | promoted | frozen evictions |");
@@ -516,70 +489,13 @@ fn run_queries(
     casr: CasrSetting,
     threads: usize,
 ) -> Result<Row> {
-    let nq = queries.len() / dim;
-    let threads = threads.clamp(1, nq.max(1));
-    let started = Instant::now();
-    let parts: Vec<Result<ThreadResult>> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads)
-            .map(|t| {
-                s.spawn(move || {
-                    let mut reader = index.reader().map_err(|e| e.to_string())?;
-                    let mut total = SearchCounters::default();
-                    let mut out = Vec::new();
-                    for qi in (t..nq).step_by(threads) {
-                        let q = &queries[qi * dim..(qi + 1) * dim];
-                        let t0 = Instant::now();
-                        let (hits, c) = index
-                            .search(&mut reader, q, params, casr)
-                            .map_err(|e| e.to_string())?;
-                        // navis-bench builds and inserts row i with heap block i, so the
-                        // TID names the ground-truth row also after inserts and id reuse.
-                        let rows = hits.iter().map(|h| h.tid.block as VertexId).collect();
-                        out.push((qi, rows, t0.elapsed()));
-                        total.merge(&c);
-                    }
-                    Ok((out, total))
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("search thread panicked"))
-            .collect()
-    });
-    let elapsed = started.elapsed();
-    let mut found = vec![Vec::new(); nq];
-    let mut latencies = Vec::with_capacity(nq);
-    let mut total = SearchCounters::default();
-    for part in parts {
-        let (out, c) = part?;
-        total.merge(&c);
-        for (qi, ids, t) in out {
-            found[qi] = ids;
-            latencies.push(t);
-        }
-    }
-    let k = params.k;
-    let mut hit = 0;
-    for (qi, ids) in found.iter().enumerate() {
-        let truth = gt.neighbors(qi);
-        let truth = &truth[..k.min(truth.len())];
-        hit += ids.iter().take(k).filter(|id| truth.contains(id)).count();
-    }
-    latencies.sort();
-    let pct = |p: f64| {
-        latencies[((latencies.len() as f64 * p) as usize).min(latencies.len() - 1)].as_secs_f64()
-            * 1e6
-    };
-    Ok(Row {
-        list: params.list,
-        recall: hit as f64 / (nq * k) as f64,
-        qps: nq as f64 / elapsed.as_secs_f64(),
-        p50_us: pct(0.5),
-        p99_us: pct(0.99),
-        c: total,
-        window: None,
-        cache: None,
+    run_queries_with(queries, dim, gt, params, threads, || {
+        let mut reader = index.reader().map_err(|e| e.to_string())?;
+        Ok(move |q: &[f32]| {
+            index
+                .search(&mut reader, q, params, casr)
+                .map_err(|e| e.to_string())
+        })
     })
 }
 
@@ -836,6 +752,9 @@ impl IndexSource for Recorder<'_> {
     }
     fn medoid(&self) -> VertexId {
         self.inner.medoid()
+    }
+    fn id_bound(&self) -> VertexId {
+        self.inner.id_bound()
     }
     fn is_empty(&self) -> bool {
         self.inner.is_empty()

@@ -203,6 +203,10 @@ impl IndexSource for RelationReader<'_> {
         self.index.meta.medoid
     }
 
+    fn id_bound(&self) -> VertexId {
+        self.index.image.entries.len() as VertexId
+    }
+
     /// Edge pages are named by ordinal; each is read from the block the extent map gives it
     /// and verified (kind, block, ordinal, CRC) before the search sees it.
     fn read_edge_pages(&mut self, pages: &[u32], out: &mut [u8]) -> io::Result<u64> {
