@@ -1143,31 +1143,7 @@ impl DiskReader<'_> {
         tids: &mut Vec<HeapTid>,
     ) -> io::Result<()> {
         let layout = self.index.files.vector_layout();
-        for (id, raw) in ids.zip(self.slot_buf.chunks_exact(layout.slot_size())) {
-            let slot = layout.parse_slot(raw).map_err(storage_to_io)?;
-            let at = vectors.len();
-            vectors.resize(at + layout.dim(), 0.0);
-            // Checked after the read: the vertex must still be a result candidate and the
-            // slot must hold the row the indirection table names. Otherwise the vertex was
-            // deleted, or freed (and maybe reused) by a consolidation since the search saw
-            // it: it is reported as vanished (NaN vector), never as someone else's row.
-            let current = self
-                .entry(id)
-                .is_some_and(|e| e.is_live() && !e.is_deleted() && e.tid == slot.tid());
-            if current && slot.is_owned_by(id) {
-                slot.copy_vector_into(&mut vectors[at..]);
-                tids.push(slot.tid());
-            } else if current {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    format!("vector slot {id} belongs to vertex {}", slot.owner()),
-                ));
-            } else {
-                vectors[at..].fill(f32::NAN);
-                tids.push(HeapTid::default());
-            }
-        }
-        Ok(())
+        layout.accept_loaded(ids, &self.slot_buf, |v| self.entry(v), vectors, tids)
     }
 }
 

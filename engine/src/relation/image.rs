@@ -63,34 +63,8 @@ impl RelationImage {
     /// [`RelationImage::read`] naming the relation `name` in errors (a file's path, or a
     /// relation's). Every corruption error names the block it was found in.
     pub fn read_named(store: &dyn PageStore, name: &Path) -> Result<RelationImage, StorageError> {
-        let mut r = Reader {
-            store,
-            name: name.to_path_buf(),
-            page: vec![0u8; BLOCK_SIZE],
-            nblocks: store.nblocks()?,
-        };
-        if r.nblocks == 0 {
-            return Err(r.corrupt("the relation has no blocks, so no metapage".into()));
-        }
-        r.read(0)?;
-        pages::verify(&r.page, PageKind::Meta, 0).map_err(|e| r.page_error(e))?;
-        let meta = Meta::decode(&r.page).map_err(|e| r.page_error(e))?;
-        let map = r.extent_map(&meta)?;
-        let unmapped_blocks = r.check_coverage(&meta, &map)?;
-        let geometry = Geometry::of(&r, &meta)?;
-        let mut image = RelationImage {
-            nblocks: r.nblocks,
-            meta,
-            extent_map: map,
-            entries: Vec::new(),
-            adjacency: Vec::new(),
-            vectors: Vec::new(),
-            codes: Vec::new(),
-            page_table: Vec::new(),
-            codebook: Vec::new(),
-            entrance: Vec::new(),
-            unmapped_blocks,
-        };
+        let (mut r, mut image, geometry) = Reader::open(store, name)?;
+        image.unmapped_blocks = r.check_coverage(&image.meta, &image.extent_map)?;
         let free_links = r.indirection(&mut image)?;
         let live = r.edges(&mut image, &geometry.edges)?;
         r.vectors(&mut image, &geometry.vectors)?;
@@ -107,33 +81,7 @@ impl RelationImage {
     /// `vectors` and `page_table` stay empty: searches read edge pages and vectors from disk
     /// as they go.
     pub fn read_hot(store: &dyn PageStore, name: &Path) -> Result<RelationImage, StorageError> {
-        let mut r = Reader {
-            store,
-            name: name.to_path_buf(),
-            page: vec![0u8; BLOCK_SIZE],
-            nblocks: store.nblocks()?,
-        };
-        if r.nblocks == 0 {
-            return Err(r.corrupt("the relation has no blocks, so no metapage".into()));
-        }
-        r.read(0)?;
-        pages::verify(&r.page, PageKind::Meta, 0).map_err(|e| r.page_error(e))?;
-        let meta = Meta::decode(&r.page).map_err(|e| r.page_error(e))?;
-        let map = r.extent_map(&meta)?;
-        let geometry = Geometry::of(&r, &meta)?;
-        let mut image = RelationImage {
-            nblocks: r.nblocks,
-            meta,
-            extent_map: map,
-            entries: Vec::new(),
-            adjacency: Vec::new(),
-            vectors: Vec::new(),
-            codes: Vec::new(),
-            page_table: Vec::new(),
-            codebook: Vec::new(),
-            entrance: Vec::new(),
-            unmapped_blocks: 0,
-        };
+        let (mut r, mut image, geometry) = Reader::open(store, name)?;
         r.indirection(&mut image)?;
         r.codes(&mut image, &geometry.codes)?;
         r.blobs(&mut image)?;
@@ -192,7 +140,43 @@ struct Reader<'s> {
     nblocks: u32,
 }
 
-impl Reader<'_> {
+impl<'s> Reader<'s> {
+    /// Reads and verifies the metapage and the extent map: what every decode starts from.
+    /// The returned image holds only those; the caller fills the kinds it needs.
+    fn open(
+        store: &'s dyn PageStore,
+        name: &Path,
+    ) -> Result<(Reader<'s>, RelationImage, Geometry), StorageError> {
+        let mut r = Reader {
+            store,
+            name: name.to_path_buf(),
+            page: vec![0u8; BLOCK_SIZE],
+            nblocks: store.nblocks()?,
+        };
+        if r.nblocks == 0 {
+            return Err(r.corrupt("the relation has no blocks, so no metapage".into()));
+        }
+        r.read(0)?;
+        pages::verify(&r.page, PageKind::Meta, 0).map_err(|e| r.page_error(e))?;
+        let meta = Meta::decode(&r.page).map_err(|e| r.page_error(e))?;
+        let map = r.extent_map(&meta)?;
+        let geometry = Geometry::of(&r, &meta)?;
+        let image = RelationImage {
+            nblocks: r.nblocks,
+            meta,
+            extent_map: map,
+            entries: Vec::new(),
+            adjacency: Vec::new(),
+            vectors: Vec::new(),
+            codes: Vec::new(),
+            page_table: Vec::new(),
+            codebook: Vec::new(),
+            entrance: Vec::new(),
+            unmapped_blocks: 0,
+        };
+        Ok((r, image, geometry))
+    }
+
     fn corrupt(&self, detail: String) -> StorageError {
         StorageError::corrupt(&self.name, detail)
     }

@@ -244,29 +244,14 @@ impl IndexSource for RelationReader<'_> {
             ids,
             &mut self.slot_buf,
         )?;
-        let dim = self.index.dim();
-        for (&id, raw) in ids.iter().zip(self.slot_buf.chunks_exact(slot_size)) {
-            let slot = geometry.layout().parse_slot(raw).map_err(data_error)?;
-            let at = vectors.len();
-            vectors.resize(at + dim, 0.0);
-            // As for side files: the vertex must still be a candidate holding this row.
-            let current = self
-                .index
-                .entry(id)
-                .is_some_and(|e| e.is_live() && !e.is_deleted() && e.tid == slot.tid());
-            if current && slot.is_owned_by(id) {
-                slot.copy_vector_into(&mut vectors[at..]);
-                tids.push(slot.tid());
-            } else if current {
-                return Err(data_error(format!(
-                    "vector slot {id} belongs to vertex {}",
-                    slot.owner()
-                )));
-            } else {
-                vectors[at..].fill(f32::NAN);
-                tids.push(HeapTid::default());
-            }
-        }
+        let index = self.index;
+        geometry.layout().accept_loaded(
+            ids.iter().copied(),
+            &self.slot_buf,
+            |v| index.entry(v),
+            vectors,
+            tids,
+        )?;
         Ok(bytes)
     }
 }

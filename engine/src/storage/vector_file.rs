@@ -152,6 +152,45 @@ impl VectorLayout {
         Ok(())
     }
 
+    /// Appends the vectors and TIDs of the raw slots `raw` (one `slot_size` each, in the order
+    /// of `ids`) as a search loads them, checked after the read: the vertex must still be a
+    /// result candidate (`entry` live, not deleted) and the slot must hold the row its entry
+    /// names. Otherwise the vertex was deleted, or freed (and maybe reused) by a consolidation
+    /// since the search saw it: it is reported as vanished (a NaN vector, which ranks it out),
+    /// never as someone else's row. A current entry whose slot another vertex owns is corrupt.
+    pub fn accept_loaded(
+        &self,
+        ids: impl Iterator<Item = VertexId>,
+        raw: &[u8],
+        entry: impl Fn(VertexId) -> Option<super::IndirEntry>,
+        vectors: &mut Vec<f32>,
+        tids: &mut Vec<HeapTid>,
+    ) -> std::io::Result<()> {
+        let data_error = |e: String| std::io::Error::new(std::io::ErrorKind::InvalidData, e);
+        for (id, bytes) in ids.zip(raw.chunks_exact(self.slot_size())) {
+            let slot = self
+                .parse_slot(bytes)
+                .map_err(|e| data_error(e.to_string()))?;
+            let at = vectors.len();
+            vectors.resize(at + self.dim(), 0.0);
+            let current =
+                entry(id).is_some_and(|e| e.is_live() && !e.is_deleted() && e.tid == slot.tid());
+            if current && slot.is_owned_by(id) {
+                slot.copy_vector_into(&mut vectors[at..]);
+                tids.push(slot.tid());
+            } else if current {
+                return Err(data_error(format!(
+                    "vector slot {id} belongs to vertex {}",
+                    slot.owner()
+                )));
+            } else {
+                vectors[at..].fill(f32::NAN);
+                tids.push(HeapTid::default());
+            }
+        }
+        Ok(())
+    }
+
     /// Parses one slot's bytes (exactly `slot_size`).
     pub fn parse_slot<'a>(&self, bytes: &'a [u8]) -> Result<VectorSlotRef<'a>, StorageError> {
         if bytes.len() != self.slot_size {
