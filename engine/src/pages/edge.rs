@@ -21,44 +21,28 @@
 //! list to any free slot and lock-free readers detect a moved or reused slot (see
 //! `storage::edge_page`). Why 8 KiB instead of 4 KiB halves: the engine CRC covers the whole
 //! block, so two 4 KiB pages per block would make every out-of-place write a
-//! read-modify-write of its sibling (RFC 0001 §2). The live count is in `aux` so that VACUUM's
-//! and the page table's bookkeeping can be cross-checked against a page without a slot scan.
+//! read-modify-write of its sibling (RFC 0001 §2). `aux` holds the page's ordinal, the name the
+//! indirection table and the search use; live counts are recounted from the slots. The slot
+//! code itself is `storage::EdgePageLayout::for_relation`'s, which the search reads with.
 
-use super::{PageError, PageKind, BLOCK_SIZE, PAYLOAD_OFFSET, PAYLOAD_SIZE};
-use crate::storage::edge_page::{clear_slot, read_slot, write_slot};
-use crate::storage::{EdgeSlotRef, StorageError, FREE_OWNER, SLOT_HEADER_SIZE};
+use super::{PageError, PageKind, PAYLOAD_SIZE};
+use crate::storage::{EdgePageLayout, EdgeSlotRef, StorageError, FREE_OWNER, SLOT_HEADER_SIZE};
 use crate::VertexId;
 
-/// Geometry of 8 KiB edge pages for one index, derived from its `max_degree`.
+/// Geometry of 8 KiB edge pages for one index, derived from its `max_degree`: the slot
+/// layout the search reads ([`EdgePageLayout::for_relation`]) plus what writing and verifying
+/// a relation page needs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct EdgeLayout {
-    max_degree: usize,
-    slot_size: usize,
-    slots_per_page: usize,
+    slots: EdgePageLayout,
 }
 
 impl EdgeLayout {
     /// Layout for lists of at most `max_degree` neighbours. Fails when `max_degree` is zero
     /// or not even one slot fits a page (`max_degree` > 2036).
     pub fn new(max_degree: usize) -> Result<Self, StorageError> {
-        if max_degree == 0 {
-            return Err(StorageError::invalid("max_degree must be at least 1"));
-        }
-        let slot_size = max_degree
-            .checked_mul(4)
-            .and_then(|b| b.checked_add(SLOT_HEADER_SIZE))
-            .ok_or_else(|| StorageError::invalid("max_degree is too large"))?;
-        let slots_per_page = PAYLOAD_SIZE / slot_size;
-        if slots_per_page == 0 {
-            return Err(StorageError::invalid(format!(
-                "max_degree {max_degree} does not fit a {BLOCK_SIZE}-byte edge page (at most {})",
-                Self::max_supported_degree()
-            )));
-        }
         Ok(EdgeLayout {
-            max_degree,
-            slot_size,
-            slots_per_page,
+            slots: EdgePageLayout::for_relation(max_degree)?,
         })
     }
 
@@ -68,30 +52,28 @@ impl EdgeLayout {
     }
 
     pub fn max_degree(&self) -> usize {
-        self.max_degree
+        self.slots.max_degree()
     }
 
     pub fn slot_size(&self) -> usize {
-        self.slot_size
+        self.slots.slot_size()
     }
 
     pub fn slots_per_page(&self) -> usize {
-        self.slots_per_page
+        self.slots.slots_per_page()
     }
 
     /// Byte offset of `slot` in the page.
     pub fn slot_offset(&self, slot: usize) -> usize {
-        PAYLOAD_OFFSET + slot * self.slot_size
+        self.slots.slot_offset(slot)
     }
 
-    fn slot_bytes_mut<'a>(&self, page: &'a mut [u8], slot: usize) -> &'a mut [u8] {
+    fn check_slot(&self, slot: usize) {
         assert!(
-            slot < self.slots_per_page,
+            slot < self.slots_per_page(),
             "edge slot {slot} out of range: a page holds {} slots",
-            self.slots_per_page
+            self.slots_per_page()
         );
-        let at = self.slot_offset(slot);
-        &mut page[at..at + self.slot_size]
     }
 
     /// Formats `page` as an empty edge page (every slot free) at `block`, edge page `ordinal`
@@ -103,7 +85,7 @@ impl EdgeLayout {
     pub fn init_page(&self, page: &mut [u8], block: u32, ordinal: u32) {
         super::init(page, PageKind::Edge, block);
         super::set_aux(page, ordinal);
-        for slot in 0..self.slots_per_page {
+        for slot in 0..self.slots_per_page() {
             self.free_slot(page, slot);
         }
     }
@@ -116,18 +98,13 @@ impl EdgeLayout {
         owner: VertexId,
         neighbours: &[VertexId],
     ) -> Result<(), StorageError> {
-        if slot >= self.slots_per_page {
-            return Err(StorageError::invalid(format!(
-                "edge slot {slot} out of range: a page holds {} slots",
-                self.slots_per_page
-            )));
-        }
-        write_slot(self.slot_bytes_mut(page, slot), owner, neighbours)
+        self.slots.put_slot(page, slot, owner, neighbours)
     }
 
     /// Marks `slot` free, overwriting its old list. Panics when `slot` is out of range.
     pub fn free_slot(&self, page: &mut [u8], slot: usize) {
-        clear_slot(self.slot_bytes_mut(page, slot));
+        self.check_slot(slot);
+        self.slots.free_slot(page, slot);
     }
 
     /// Stores the CRC. Must be the last change before the page is written (apart from the LSN
@@ -137,7 +114,7 @@ impl EdgeLayout {
     }
 
     fn count_live(&self, page: &[u8]) -> usize {
-        (0..self.slots_per_page)
+        (0..self.slots_per_page())
             .filter(|&s| !self.slot(page, s).is_free())
             .count()
     }
@@ -147,13 +124,13 @@ impl EdgeLayout {
     pub fn verify(&self, page: &[u8], block: u32, ordinal: u32) -> Result<(), PageError> {
         super::verify_ordinal(page, PageKind::Edge, block, ordinal)?;
         let bad = |detail: String| PageError::Content { block, detail };
-        for s in 0..self.slots_per_page {
+        for s in 0..self.slots_per_page() {
             let at = self.slot_offset(s);
             let degree = super::get_u16(page, at + 4) as usize;
-            if degree > self.max_degree {
+            if degree > self.max_degree() {
                 return Err(bad(format!(
                     "edge slot {s} has degree {degree} > max_degree {}",
-                    self.max_degree
+                    self.max_degree()
                 )));
             }
         }
@@ -173,13 +150,8 @@ impl EdgeLayout {
     /// View of one slot (degree clamped to max_degree, so an unverified page cannot make the
     /// view read outside the slot). Panics when `slot` is out of range.
     pub fn slot<'a>(&self, page: &'a [u8], slot: usize) -> EdgeSlotRef<'a> {
-        assert!(
-            slot < self.slots_per_page,
-            "edge slot {slot} out of range: a page holds {} slots",
-            self.slots_per_page
-        );
-        let at = self.slot_offset(slot);
-        read_slot(&page[at..at + self.slot_size])
+        self.check_slot(slot);
+        self.slots.slot(page, slot)
     }
 
     /// The slot's edge list if `expected` still owns it; `None` means the list moved or the
@@ -190,17 +162,17 @@ impl EdgeLayout {
         slot: usize,
         expected: VertexId,
     ) -> Option<EdgeSlotRef<'a>> {
-        if slot >= self.slots_per_page || expected == FREE_OWNER {
+        if expected == FREE_OWNER {
             return None;
         }
-        let view = self.slot(page, slot);
-        (view.owner() == expected).then_some(view)
+        self.slots.slot_owned_by(page, slot, expected)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pages::BLOCK_SIZE;
 
     /// Edge page ordinal `block + 1000` at `block`.
     fn page_with(layout: &EdgeLayout, block: u32, lists: &[(u32, Vec<u32>)]) -> Vec<u8> {

@@ -48,6 +48,16 @@ impl EdgePageLayout {
     /// Layout for lists of at most `max_degree` neighbours. Fails when not even one slot fits
     /// a page (max_degree > 1018) or when `max_degree` is zero.
     pub fn new(max_degree: usize) -> Result<Self, StorageError> {
+        Self::with_payload(max_degree, PAGE_SIZE, PAGE_SIZE - PAGE_HEADER_SIZE, false)
+    }
+
+    /// Slots of `8 + 4 * max_degree` bytes in `payload` bytes of a `page_size`-byte page.
+    fn with_payload(
+        max_degree: usize,
+        page_size: usize,
+        payload: usize,
+        relation: bool,
+    ) -> Result<Self, StorageError> {
         if max_degree == 0 {
             return Err(StorageError::invalid("max_degree must be at least 1"));
         }
@@ -55,30 +65,29 @@ impl EdgePageLayout {
             .checked_mul(4)
             .and_then(|b| b.checked_add(SLOT_HEADER_SIZE))
             .ok_or_else(|| StorageError::invalid("max_degree is too large"))?;
-        let slots_per_page = (PAGE_SIZE - PAGE_HEADER_SIZE) / slot_size;
+        let slots_per_page = payload / slot_size;
         if slots_per_page == 0 {
             return Err(StorageError::invalid(format!(
-                "max_degree {max_degree} does not fit a {PAGE_SIZE}-byte edge page (at most {})",
-                Self::max_supported_degree()
+                "max_degree {max_degree} does not fit a {page_size}-byte edge page (at most {})",
+                (payload - SLOT_HEADER_SIZE) / 4
             )));
         }
         Ok(EdgePageLayout {
             max_degree,
             slot_size,
             slots_per_page,
-            relation: false,
+            relation,
         })
     }
 
     /// The layout of 8 KiB relation edge pages (RFC 0001 §2) with the same slots.
     pub fn for_relation(max_degree: usize) -> Result<Self, StorageError> {
-        let pages = crate::pages::edge::EdgeLayout::new(max_degree)?;
-        Ok(EdgePageLayout {
+        Self::with_payload(
             max_degree,
-            slot_size: pages.slot_size(),
-            slots_per_page: pages.slots_per_page(),
-            relation: true,
-        })
+            crate::pages::BLOCK_SIZE,
+            crate::pages::PAYLOAD_SIZE,
+            true,
+        )
     }
 
     /// Bytes per edge page: 4096 in side files, 8192 in the relation.
@@ -114,7 +123,8 @@ impl EdgePageLayout {
         self.slots_per_page
     }
 
-    fn slot_offset(&self, slot: usize) -> usize {
+    /// Byte offset of `slot` in the page.
+    pub fn slot_offset(&self, slot: usize) -> usize {
         let header = if self.relation {
             crate::pages::PAYLOAD_OFFSET
         } else {
