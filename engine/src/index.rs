@@ -58,6 +58,7 @@ use crate::storage::{
     names, BuildInput, BuildParams, EdgePageLayout, HeapTid, IndexFiles, IndexWriter, IndirEntry,
     StorageError, PAGE_SIZE,
 };
+use crate::update::{IndexLog, SideFileLog};
 use crate::VertexId;
 
 /// Why a build or an open failed. Messages are meant for a PostgreSQL ERROR.
@@ -686,6 +687,11 @@ impl Index {
 
     pub fn dir(&self) -> &Path {
         self.files.dir()
+    }
+
+    /// Where this index's changes become durable (`update::log`).
+    pub fn log(&self) -> Result<Box<dyn IndexLog + '_>, StorageError> {
+        Ok(Box::new(SideFileLog::new(&self.files)?))
     }
 
     pub fn files(&self) -> &IndexFiles {

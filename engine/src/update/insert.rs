@@ -25,6 +25,7 @@
 
 use super::alloc::{allocate_vertex, release_vertex};
 use super::locks::{StripeGuard, WriteLocks};
+use super::log::{IndexLog, VectorChange};
 use super::vectors::VectorCache;
 use super::write::{read_current_list, write_lists, ListChange};
 use crate::cache::Caller;
@@ -34,7 +35,7 @@ use crate::graph::vamana::prune_metric;
 use crate::index::{DiskReader, Index, IndexError};
 use crate::search::{CasrMode, SearchCursor, SearchParams};
 use crate::storage::state::Counter;
-use crate::storage::{EdgeLocation, HeapTid, SideFileWriter, PAGE_SIZE};
+use crate::storage::{EdgeLocation, HeapTid, PAGE_SIZE};
 use crate::VertexId;
 use rustc_hash::FxHashMap as HashMap;
 
@@ -113,11 +114,11 @@ impl Index {
             record_lists: true,
             ..SearchParams::default()
         };
-        let writer = SideFileWriter::new(self.files())?;
+        let log = self.log()?;
         // Position seeking counts as the insert path in the edge-page cache.
         let previous_caller = reader.caller();
         reader.set_caller(Caller::Insert);
-        let result = self.insert_seeking(reader, &writer, locks, vector, tid, search);
+        let result = self.insert_seeking(reader, &*log, locks, vector, tid, search);
         reader.set_caller(previous_caller);
         result
     }
@@ -125,7 +126,7 @@ impl Index {
     fn insert_seeking(
         &self,
         reader: &mut DiskReader<'_>,
-        writer: &SideFileWriter<'_>,
+        log: &dyn IndexLog,
         locks: &dyn WriteLocks,
         vector: &[f32],
         tid: HeapTid,
@@ -173,8 +174,14 @@ impl Index {
         let v = allocate_vertex(self.files(), locks)?;
         report.vertex = v;
         let prepared = (|| -> Result<(), IndexError> {
-            self.files().write_pq_code(v, &self.pq().encode(&query))?;
-            writer.write_vector_slot(v, v, &query, tid)?;
+            let code = self.pq().encode(&query);
+            log.vector(&VectorChange {
+                vertex: v,
+                vector: &query,
+                tid,
+                code: &code,
+            })?;
+            self.files().write_pq_code(v, &code)?;
             self.files().indirection().set_tid(v, tid)?;
             Ok(())
         })();
@@ -194,7 +201,7 @@ impl Index {
         let mut displaced: Vec<VertexId> = Vec::new();
         for group in lists.chunks(spp) {
             let outcome = self.write_group(
-                writer,
+                log,
                 locks,
                 group,
                 v,
@@ -216,7 +223,7 @@ impl Index {
         // Best effort: the row is in the index already, a failed promotion only leaves the
         // entrance graph a little smaller.
         report.promoted = self
-            .maybe_promote(locks, v, &query, &entry_points, &e_pos)
+            .maybe_promote(log, locks, v, &query, &entry_points, &e_pos)
             .unwrap_or(false);
         old_pages.sort_unstable();
         old_pages.dedup();
@@ -246,7 +253,7 @@ impl Index {
     #[allow(clippy::too_many_arguments)]
     fn write_group(
         &self,
-        writer: &SideFileWriter<'_>,
+        log: &dyn IndexLog,
         locks: &dyn WriteLocks,
         group: &[VertexId],
         v: VertexId,
@@ -329,7 +336,7 @@ impl Index {
             return Ok(());
         }
 
-        write_lists(files, writer, locks, &changes, tid)?;
+        write_lists(files, log, locks, &changes, tid)?;
         report.pages_written += 1;
         report.lists_written += changes.len() as u64;
         old_pages.extend(changes.iter().filter_map(|c| c.old).map(|l| l.page));

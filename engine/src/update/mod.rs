@@ -9,6 +9,7 @@
 pub mod alloc;
 pub mod insert;
 pub mod locks;
+pub mod log;
 pub mod promote;
 pub mod vacuum;
 mod vectors;
@@ -18,5 +19,6 @@ pub mod write;
 pub use alloc::{recover, Recovery};
 pub use insert::{InsertParams, InsertReport};
 pub use locks::{LocalLocks, WriteLocks};
+pub use log::{EdgePageChange, IndexLog, PlacedList, SideFileLog, VectorChange};
 pub use vacuum::{BulkDeleteReport, ConsolidateReport};
 pub use verify::VerifyReport;

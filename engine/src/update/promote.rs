@@ -17,6 +17,7 @@
 //! Record: `[u32 payload length][u32 CRC-32 of the payload][payload = PromotionPlan::to_bytes]`.
 
 use super::locks::{AllocatorGuard, WriteLocks};
+use super::log::IndexLog;
 use crate::entrance::shared::SharedEntrance;
 use crate::entrance::{plan_view, EntranceGraph, PromotionPlan};
 use crate::index::{Index, IndexError};
@@ -64,6 +65,7 @@ impl Index {
     /// entry points and `e_pos` its explored candidates. Returns whether it promoted.
     pub fn maybe_promote(
         &self,
+        log: &dyn IndexLog,
         locks: &dyn WriteLocks,
         v: VertexId,
         vector: &[f32],
@@ -94,14 +96,7 @@ impl Index {
         if end > u32::MAX as u64 {
             return Ok(false); // the log is full; the graph simply stops growing
         }
-        let path = self.dir().join(names::ENTRANCE_LOG);
-        std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .and_then(|f| f.write_all_at(&record, offset))
-            .map_err(|e| StorageError::io(&path, "write", e))?;
+        log.promote(offset, &record)?;
         // Applied before the log length counts the record: a failed apply leaves the record
         // uncounted, so a rebuild replays exactly what the shared graph holds.
         graph

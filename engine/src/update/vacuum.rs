@@ -27,6 +27,7 @@
 use super::alloc::release_vertex;
 use super::alloc::retire_slot;
 use super::locks::{StripeGuard, WriteLocks};
+use super::log::IndexLog;
 use super::vectors::VectorCache;
 use super::write::{read_current_list, write_lists, ListChange};
 use crate::graph::prune::robust_prune;
@@ -34,7 +35,7 @@ use crate::graph::vamana::prune_metric;
 use crate::index::{Index, IndexError};
 use crate::search::{CasrMode, SearchCursor, SearchParams};
 use crate::storage::state::{Counter, Field};
-use crate::storage::{EdgeLocation, HeapTid, SideFileWriter, PAGE_SIZE};
+use crate::storage::{EdgeLocation, HeapTid, PAGE_SIZE};
 use crate::VertexId;
 use std::collections::{HashMap, HashSet};
 use std::os::unix::fs::FileExt;
@@ -94,22 +95,34 @@ impl Index {
         let files = self.files();
         let table = files.indirection();
         let state = files.state();
+        let log = self.log()?;
         let mut report = BulkDeleteReport::default();
         let end = (state.get(Field::NextVertex) as usize).min(table.capacity());
-        for v in 0..end {
-            if v.is_multiple_of(CHECK_EVERY) && cancel() {
+        // Flags are logged a batch at a time, then set: a flag a reader can see is durable.
+        let mut dead: Vec<VertexId> = Vec::new();
+        for first in (0..end).step_by(CHECK_EVERY) {
+            if cancel() {
                 return Err(interrupted());
             }
-            let Some(entry) = table.entry(v as VertexId) else {
-                continue;
-            };
-            report.scanned += 1;
-            if entry.is_deleted() || !is_dead(entry.tid) {
+            dead.clear();
+            for v in first..end.min(first + CHECK_EVERY) {
+                let Some(entry) = table.entry(v as VertexId) else {
+                    continue;
+                };
+                report.scanned += 1;
+                if !entry.is_deleted() && is_dead(entry.tid) {
+                    dead.push(v as VertexId);
+                }
+            }
+            if dead.is_empty() {
                 continue;
             }
-            if !table.mark_deleted(v as VertexId)? {
-                state.add(Field::Deleted, 1);
-                report.newly_deleted += 1;
+            log.delete_flags(&dead)?;
+            for &v in &dead {
+                if !table.mark_deleted(v)? {
+                    state.add(Field::Deleted, 1);
+                    report.newly_deleted += 1;
+                }
             }
         }
         report.deleted = self.deleted_len() as u64;
@@ -127,7 +140,8 @@ impl Index {
         let files = self.files();
         let table = files.indirection();
         let state = files.state();
-        let writer = SideFileWriter::new(files)?;
+        let log = self.log()?;
+        let log: &dyn IndexLog = &*log;
         let mut report = ConsolidateReport::default();
         let next_vertex = (state.get(Field::NextVertex) as usize).min(table.capacity());
 
@@ -201,37 +215,44 @@ impl Index {
                 });
             }
             if !changes.is_empty() {
-                write_lists(files, &writer, locks, &changes, HeapTid::default())?;
+                write_lists(files, log, locks, &changes, HeapTid::default())?;
                 report.pages_written += 1;
                 report.lists_repaired += changes.len() as u64;
             }
         }
         state.count(Counter::ListsRepaired, report.lists_repaired);
 
-        // 3. Free the deleted vertices.
-        for v in (0..next_vertex as VertexId).filter(|&v| is_doomed(v)) {
-            if (v as usize).is_multiple_of(CHECK_EVERY) && cancel() {
+        // 3. Free the deleted vertices: nothing current points at them any more (step 2),
+        // and the free is logged before any of them can be handed out again.
+        let doomed_ids: Vec<VertexId> = (0..next_vertex as VertexId)
+            .filter(|&v| is_doomed(v))
+            .collect();
+        for batch in doomed_ids.chunks(CHECK_EVERY) {
+            if cancel() {
                 return Err(interrupted());
             }
-            let _stripe = StripeGuard::lock(locks, &[v]);
-            let Some(entry) = table.entry(v) else {
-                continue;
-            };
-            release_vertex(files, locks, v)?;
-            retire_slot(files, locks, entry.edge.page)?;
-            state.add(Field::Published, -1);
-            state.add(Field::Deleted, -1);
-            report.vertices_freed += 1;
+            log.free_vertices(batch)?;
+            for &v in batch {
+                let _stripe = StripeGuard::lock(locks, &[v]);
+                let Some(entry) = table.entry(v) else {
+                    continue;
+                };
+                release_vertex(files, locks, v)?;
+                retire_slot(files, locks, entry.edge.page)?;
+                state.add(Field::Published, -1);
+                state.add(Field::Deleted, -1);
+                report.vertices_freed += 1;
+            }
         }
         state.count(Counter::VerticesFreed, report.vertices_freed);
 
         // 4. Compact pages left less than half full.
-        self.compact(&writer, locks, cancel, &mut report)?;
+        self.compact(log, locks, cancel, &mut report)?;
 
         // 5. Vertices whose every path from the entry points ran through deleted vertices
         // (and that the repairs did not reconnect) are linked from their nearest reachable
         // vertex, as an insert would link them.
-        self.reconnect_unreachable(&writer, locks, cancel, &mut report)?;
+        self.reconnect_unreachable(log, locks, cancel, &mut report)?;
         state.count(Counter::OrphansLinked, report.orphans_linked);
         state.count(Counter::ListsCompacted, report.lists_compacted);
         state.count(Counter::Consolidations, 1);
@@ -281,9 +302,10 @@ impl Index {
         if inserts == state.counter(Counter::InsertsAtLastReconnect) {
             return Ok(None);
         }
-        let writer = SideFileWriter::new(self.files())?;
+        let log = self.log()?;
+        let log: &dyn IndexLog = &*log;
         let mut report = ConsolidateReport::default();
-        self.reconnect_unreachable(&writer, locks, cancel, &mut report)?;
+        self.reconnect_unreachable(log, locks, cancel, &mut report)?;
         state.count(Counter::OrphansLinked, report.orphans_linked);
         state.set_counter(Counter::InsertsAtLastReconnect, inserts);
         Ok(Some(report))
@@ -294,7 +316,7 @@ impl Index {
     /// nearest reachable vertex a search for its vector finds.
     fn reconnect_unreachable(
         &self,
-        writer: &SideFileWriter<'_>,
+        log: &dyn IndexLog,
         locks: &dyn WriteLocks,
         cancel: &dyn Fn() -> bool,
         report: &mut ConsolidateReport,
@@ -365,14 +387,14 @@ impl Index {
             // Prefer a vertex whose list has room: evicting an entry could cut off another.
             let mut linked = false;
             for &x in &linkers {
-                if self.link_from(writer, locks, x, w, false, &mut page_buf)? {
+                if self.link_from(log, locks, x, w, false, &mut page_buf)? {
                     linked = true;
                     break;
                 }
             }
             if !linked {
                 if let Some(&x) = linkers.first() {
-                    linked = self.link_from(writer, locks, x, w, true, &mut page_buf)?;
+                    linked = self.link_from(log, locks, x, w, true, &mut page_buf)?;
                 }
             }
             if linked {
@@ -458,7 +480,7 @@ impl Index {
     /// replacing its last entry. Returns whether a list was written.
     fn link_from(
         &self,
-        writer: &SideFileWriter<'_>,
+        log: &dyn IndexLog,
         locks: &dyn WriteLocks,
         x: VertexId,
         w: VertexId,
@@ -486,14 +508,14 @@ impl Index {
             list,
             old: Some(entry.edge),
         };
-        write_lists(files, writer, locks, &[change], HeapTid::default())?;
+        write_lists(files, log, locks, &[change], HeapTid::default())?;
         Ok(true)
     }
 
     /// Moves the current lists of pages at most half full to fresh pages.
     fn compact(
         &self,
-        writer: &SideFileWriter<'_>,
+        log: &dyn IndexLog,
         locks: &dyn WriteLocks,
         cancel: &dyn Fn() -> bool,
         report: &mut ConsolidateReport,
@@ -556,7 +578,7 @@ impl Index {
                 });
             }
             if !changes.is_empty() {
-                write_lists(files, writer, locks, &changes, HeapTid::default())?;
+                write_lists(files, log, locks, &changes, HeapTid::default())?;
                 report.pages_written += 1;
                 report.lists_compacted += changes.len() as u64;
             }

@@ -5,11 +5,10 @@
 
 use super::alloc::{allocate_page, retire_slot};
 use super::locks::WriteLocks;
+use super::log::{EdgePageChange, IndexLog, PlacedList};
 use crate::index::IndexError;
 use crate::storage::state::{Counter, Field};
-use crate::storage::{
-    EdgeLocation, HeapTid, IndexFiles, IndirEntry, SideFileWriter, FLAG_LIVE, PAGE_SIZE,
-};
+use crate::storage::{EdgeLocation, HeapTid, IndexFiles, IndirEntry, FLAG_LIVE, PAGE_SIZE};
 use crate::VertexId;
 use std::sync::atomic::Ordering;
 
@@ -23,10 +22,12 @@ pub struct ListChange {
 }
 
 /// Writes `changes` (at most `slots_per_page` of them) to one fresh page and makes them
-/// current; a vertex without `old` is published with `tid`. Returns the page number.
+/// current; a vertex without `old` is published with `tid`. The page and everything that
+/// now points into it go through `log` as one change before readers can see any of it
+/// (`log` module). Returns the page number.
 pub fn write_lists(
     files: &IndexFiles,
-    writer: &SideFileWriter<'_>,
+    log: &dyn IndexLog,
     locks: &dyn WriteLocks,
     changes: &[ListChange],
     tid: HeapTid,
@@ -46,13 +47,28 @@ pub fn write_lists(
         layout.put_slot(&mut page, slot, change.vertex, &change.list)?;
     }
     layout.seal(&mut page);
+    let placed: Vec<PlacedList> = changes
+        .iter()
+        .enumerate()
+        .map(|(slot, change)| PlacedList {
+            vertex: change.vertex,
+            slot: slot as u16,
+            old: change.old,
+        })
+        .collect();
     let state = files.state();
     // Counted live before anything points here, so that no relocation away from this page
     // can see its count below the truth.
     state
         .page_live(page_no)
         .store(changes.len() as u32, Ordering::Release);
-    if let Err(e) = writer.write_edge_page(page_no, &page) {
+    let logged = log.edge_page(&EdgePageChange {
+        page: page_no,
+        image: &page,
+        lists: &placed,
+        tid,
+    });
+    if let Err(e) = logged {
         // Nothing points at the page: retiring its counted lists hands it back.
         for _ in changes {
             let _ = retire_slot(files, locks, page_no);
@@ -66,15 +82,15 @@ pub fn write_lists(
     }
     state.count(Counter::EdgePagesWritten, 1);
     state.count(Counter::EdgeListsWritten, changes.len() as u64);
-    for (slot, change) in changes.iter().enumerate() {
+    for list in &placed {
         let to = EdgeLocation {
             page: page_no,
-            slot: slot as u16,
+            slot: list.slot,
         };
-        match change.old {
+        match list.old {
             None => {
                 files.indirection().publish(
-                    change.vertex,
+                    list.vertex,
                     IndirEntry {
                         edge: to,
                         tid,
@@ -84,7 +100,7 @@ pub fn write_lists(
                 state.add(Field::Published, 1);
             }
             Some(_) => {
-                let previous = files.indirection().relocate_edges(change.vertex, to)?;
+                let previous = files.indirection().relocate_edges(list.vertex, to)?;
                 retire_slot(files, locks, previous.page)?;
             }
         }
