@@ -19,7 +19,7 @@
 //!
 //! Vertices are only ever added, never removed, so a local id stays valid between plan and
 //! apply. Deleted vertices stay traversable; [`EntranceGraph::search_live`] keeps them out
-//! of the entry points.
+//! of the entry points while any of the nearest members is live.
 //!
 //! For `Metric::Cosine` every vector handed in must already be unit length, as the index
 //! stores them.
@@ -80,8 +80,9 @@ pub trait EntranceView {
 }
 
 /// Entry points for `query` in any entrance graph: the `list` closest members found (global
-/// ids, closest first, those for which `is_live` is false left out), the explored set E_ent
-/// (global ids with exact distances, closest first), and the distances computed.
+/// ids, closest first; those for which `is_live` is false are left out unless none of them
+/// is live), the explored set E_ent (global ids with exact distances, closest first), and the
+/// distances computed.
 pub fn search_view<G: EntranceView + ?Sized>(
     graph: &G,
     query: &[f32],
@@ -120,12 +121,17 @@ pub fn search_view<G: EntranceView + ?Sized>(
         },
         |v| metric.search_distance(query, graph.local_vector(v)),
     );
-    let entry = scratch
+    let nearest: Vec<VertexId> = scratch
         .top(list)
         .into_iter()
         .map(|(l, _)| graph.global_id(l))
-        .filter(|&g| is_live(g))
         .collect();
+    let live: Vec<VertexId> = nearest.iter().copied().filter(|&g| is_live(g)).collect();
+    // When every nearby member is deleted (a table deleted down to a few rows), start from
+    // them anyway: deleted members are kept while they are entry points and still route, and
+    // the medoid alone (the caller's fallback for no entry points) can be far from the few
+    // live vertices that are left, or have no path to them.
+    let entry = if live.is_empty() { nearest } else { live };
     let mut explored: Vec<(VertexId, f32)> = scratch
         .explored
         .iter()
@@ -583,7 +589,8 @@ impl EntranceGraph {
     }
 
     /// [`search`](Self::search) that leaves out of the entry points the vertices for which
-    /// `is_live` is false (lazily deleted ones), while still walking through them. Pass a
+    /// `is_live` is false (lazily deleted ones), while still walking through them; when none
+    /// of the `list` nearest is live, they are all returned, as they still route. Pass a
     /// widened `list` to keep the same number of entry points.
     pub fn search_live(
         &self,
@@ -941,6 +948,9 @@ mod tests {
         let (live, _) = g.search_live(q, 10, |v| v != dead).unwrap();
         assert!(!live.contains(&dead));
         assert_eq!(live, all[1..].to_vec());
+        // With every nearby member deleted, they still route: all are returned.
+        let (none_live, _) = g.search_live(q, 10, |_| false).unwrap();
+        assert_eq!(none_live, all);
         let ((counted, explored), distances) = g.search_live_counted(q, 10, |_| true).unwrap();
         assert_eq!(counted, all);
         // Every expanded vertex was scored, and so were neighbours never expanded.

@@ -194,7 +194,21 @@ impl Index {
 
         // The neighbours' lists first and the new vertex's last, so that the new list can
         // take over neighbours that the back-edges pushed out of their lists (below).
-        let mut lists: Vec<VertexId> = neighbours.clone();
+        //
+        // Back-edges come from the chosen neighbours. When position seeking found no live
+        // vertex to choose (everything near the new one is deleted: a table deleted down to
+        // a few rows), they come from the search's entry points, which route while deleted
+        // and are never freed; otherwise nothing would point at the new vertex and no search
+        // could reach it.
+        let mut lists: Vec<VertexId> = if neighbours.is_empty() {
+            entry_points
+                .iter()
+                .copied()
+                .filter(|&e| e != v && self.files().indirection().entry(e).is_some())
+                .collect()
+        } else {
+            neighbours.clone()
+        };
         lists.push(v);
         let spp = self.files().edge_layout().slots_per_page();
         let mut old_pages: Vec<u32> = Vec::new();

@@ -379,11 +379,24 @@ impl Index {
             };
             let mut cursor = SearchCursor::new(&mut reader, &vector, params)?;
             let hits = cursor.next_batch(10)?;
-            let linkers: Vec<VertexId> = hits
+            let mut linkers: Vec<VertexId> = hits
                 .iter()
                 .map(|h| h.id)
                 .filter(|&x| x != w && (x as usize) < n && reached[x as usize])
                 .collect();
+            // No reachable live vertex near `w` (the table was deleted down to a few rows):
+            // link it from where a search for it starts. Entry points are kept, deleted or
+            // not, and always reached.
+            if linkers.is_empty() {
+                linkers.extend(
+                    cursor
+                        .entry_points()
+                        .iter()
+                        .copied()
+                        .filter(|&x| x != w && (x as usize) < n && reached[x as usize]),
+                );
+            }
+            drop(cursor);
             // Prefer a vertex whose list has room: evicting an entry could cut off another.
             let mut linked = false;
             for &x in &linkers {
