@@ -49,10 +49,11 @@ use crate::entrance::{
     EntranceError, EntranceGraph, EntranceParams, EntranceView, DEFAULT_BUILD_LIST,
 };
 use crate::graph::{self, BuildControl, BuildError, VamanaParams};
-use crate::io::{AlignedPage, PageReader};
+use crate::io::{AlignedPage, IoOptions, PageReader};
 use crate::placement::{greedy_placement, identity_placement, overlap_ratio, Placement};
 use crate::pq::ProductQuantizer;
 use crate::search::{CasrMode, IndexSource, SearchCursor, SearchHit, SearchParams};
+use crate::segments::SegmentReader;
 use crate::storage::state::Field;
 use crate::storage::{
     names, BuildInput, BuildParams, EdgePageLayout, HeapTid, IndexFiles, IndexWriter, IndirEntry,
@@ -645,12 +646,20 @@ pub struct Index {
     /// The state epoch at which `entrance` was last (re)opened.
     entrance_checked: AtomicU64,
     calibrator: Mutex<WindowCalibrator>,
+    /// The log of a relation index (`Index::log`).
+    log: std::sync::OnceLock<Arc<dyn IndexLog>>,
 }
 
 impl Index {
     /// Opens and validates an index directory.
     pub fn open(dir: &Path) -> Result<Index, IndexError> {
-        let files = IndexFiles::open(dir)?;
+        Self::from_files(IndexFiles::open(dir)?)
+    }
+
+    /// The index whose files (side directory, or runtime directory and relation) are open.
+    pub fn from_files(files: IndexFiles) -> Result<Index, IndexError> {
+        let dir = files.dir().to_path_buf();
+        let dir = dir.as_path();
         let pq = ProductQuantizer::from_bytes(files.pq_codebook())
             .map_err(|e| IndexError::Invalid(format!("{}: bad PQ codebook: {e}", dir.display())))?;
         let entrance = EntranceGraph::from_bytes(files.entrance())
@@ -682,6 +691,7 @@ impl Index {
             entrance_is_shared: AtomicBool::new(is_shared),
             entrance_checked: AtomicU64::new(epoch),
             calibrator: Mutex::new(WindowCalibrator::for_search()),
+            log: std::sync::OnceLock::new(),
         })
     }
 
@@ -689,9 +699,22 @@ impl Index {
         self.files.dir()
     }
 
-    /// Where this index's changes become durable (`update::log`).
+    /// Where this index's changes become durable (`update::log`): the side files
+    /// themselves, or for a relation index the log its opener set ([`Index::set_log`]).
     pub fn log(&self) -> Result<Box<dyn IndexLog + '_>, StorageError> {
-        Ok(Box::new(SideFileLog::new(&self.files)?))
+        match (self.files.relation(), self.log.get()) {
+            (None, _) => Ok(Box::new(SideFileLog::new(&self.files)?)),
+            (Some(_), Some(log)) => Ok(Box::new(Arc::clone(log))),
+            (Some(relation), None) => Err(StorageError::invalid(format!(
+                "the index in {} was opened read-only: it has no log to write through",
+                relation.fork.display()
+            ))),
+        }
+    }
+
+    /// Sets the log a relation index writes through (once; false if one was set already).
+    pub fn set_log(&self, log: Arc<dyn IndexLog>) -> bool {
+        self.log.set(log).is_ok()
     }
 
     pub fn files(&self) -> &IndexFiles {
@@ -821,7 +844,13 @@ impl Index {
             }),
             _ => Ok(DiskReader {
                 index: self,
-                io: PageReader::for_index(&self.files, READER_QUEUE_DEPTH)?,
+                io: match self.files.relation() {
+                    None => ReaderIo::Side(PageReader::for_index(&self.files, READER_QUEUE_DEPTH)?),
+                    Some(relation) => ReaderIo::Relation(SegmentReader::open(
+                        &relation.fork,
+                        IoOptions::from_env(READER_QUEUE_DEPTH)?,
+                    )?),
+                },
                 slot_buf: Vec::new(),
                 miss_buf: Vec::new(),
                 caller: Caller::Search,
@@ -944,7 +973,7 @@ fn private_entrance(
 /// Per-thread read access to an [`Index`]: implements [`IndexSource`].
 pub struct DiskReader<'a> {
     index: &'a Index,
-    io: PageReader,
+    io: ReaderIo,
     slot_buf: Vec<u8>,
     miss_buf: Vec<AlignedPage>,
     caller: Caller,
@@ -955,13 +984,29 @@ pub struct DiskReader<'a> {
 /// flight.
 pub struct SpareReader {
     index: usize,
-    io: PageReader,
+    io: ReaderIo,
     slot_buf: Vec<u8>,
     miss_buf: Vec<AlignedPage>,
 }
 
 /// Reads in flight per reader: a hop reads W = 4 pages, a CASR window tens of vectors.
 const READER_QUEUE_DEPTH: u32 = 64;
+
+/// A reader's I/O: the side files' edge and vector files, or the relation's segment files.
+enum ReaderIo {
+    Side(PageReader),
+    Relation(SegmentReader),
+}
+
+impl ReaderIo {
+    #[cfg(test)]
+    fn stats(&self) -> crate::io::IoStats {
+        match self {
+            ReaderIo::Side(io) => io.stats(),
+            ReaderIo::Relation(io) => io.stats(),
+        }
+    }
+}
 
 impl DiskReader<'_> {
     /// Gives up the reader's files, queue and buffers for the next reader of the same index.
@@ -976,7 +1021,11 @@ impl DiskReader<'_> {
 
     /// `io_uring+O_DIRECT`, `pread+buffered`, ...
     pub fn backend_name(&self) -> &'static str {
-        self.io.backend_name()
+        match &self.io {
+            ReaderIo::Side(io) => io.backend_name(),
+            ReaderIo::Relation(io) if io.is_direct() => "segments+O_DIRECT",
+            ReaderIo::Relation(_) => "segments+buffered",
+        }
     }
 
     /// Whose reads these are, for the edge-page cache's promotion rule and statistics
@@ -992,16 +1041,50 @@ impl DiskReader<'_> {
     /// Checks the checksum and page number of every page read from disk; a page that fails
     /// is never handed out or cached.
     fn verify_pages(&self, pages: &[u32], bytes: &[u8]) -> io::Result<()> {
-        let layout = self.index.files.edge_layout();
-        let path = self.index.files.edge_path();
-        for (&page_no, page) in pages.iter().zip(bytes.chunks_exact(PAGE_SIZE)) {
-            layout.verify(&path, page, page_no).map_err(storage_to_io)?;
+        let files = &self.index.files;
+        let layout = files.edge_layout();
+        for (&page_no, page) in pages.iter().zip(bytes.chunks_exact(layout.page_size())) {
+            files
+                .bulk()
+                .verify_edge_page(&layout, page, page_no)
+                .map_err(storage_to_io)?;
         }
         Ok(())
     }
+
+    /// Edge pages (8 KiB ordinals) from the relation's segment files, verified, into `out`.
+    /// The cache holds side-file pages only, so nothing is looked up or admitted.
+    fn read_relation_edge_pages(&mut self, pages: &[u32], out: &mut [u8]) -> io::Result<u64> {
+        let ReaderIo::Relation(io) = &mut self.io else {
+            unreachable!("called for relation readers only");
+        };
+        let relation = self.index.files.relation().expect("a relation index");
+        let blocks: Vec<u32> = {
+            let map = relation.map();
+            pages
+                .iter()
+                .map(|&p| {
+                    map.block(crate::pages::PageKind::Edge, p).ok_or_else(|| {
+                        io::Error::new(
+                            io::ErrorKind::InvalidData,
+                            format!("edge page {p} is beyond the extent map"),
+                        )
+                    })
+                })
+                .collect::<io::Result<_>>()?
+        };
+        let per_block = crate::pages::BLOCK_SIZE / PAGE_SIZE;
+        self.miss_buf
+            .resize(blocks.len() * per_block, AlignedPage::zeroed());
+        io.read_blocks(&blocks, &mut self.miss_buf)?;
+        let bytes: &[u8] = bytemuck::cast_slice(&self.miss_buf[..blocks.len() * per_block]);
+        self.verify_pages(pages, bytes)?;
+        out[..bytes.len()].copy_from_slice(bytes);
+        Ok(0)
+    }
 }
 
-fn storage_to_io(e: StorageError) -> io::Error {
+pub(crate) fn storage_to_io(e: StorageError) -> io::Error {
     match e {
         StorageError::Io { source, .. } => source,
         other => io::Error::new(io::ErrorKind::InvalidData, other.to_string()),
@@ -1075,8 +1158,12 @@ impl IndexSource for DiskReader<'_> {
     }
 
     fn read_edge_pages(&mut self, pages: &[u32], out: &mut [u8]) -> io::Result<u64> {
+        let io = match &mut self.io {
+            ReaderIo::Side(io) => io,
+            ReaderIo::Relation(_) => return self.read_relation_edge_pages(pages, out),
+        };
         let Some(binding) = self.index.files.page_cache() else {
-            self.io.read_edge_pages_into(pages, out)?;
+            io.read_edge_pages_into(pages, out)?;
             self.verify_pages(pages, out)?;
             return Ok(0);
         };
@@ -1101,7 +1188,7 @@ impl IndexSource for DiskReader<'_> {
         let miss_pages: Vec<u32> = misses.iter().map(|m| m.1).collect();
         self.miss_buf
             .resize(miss_pages.len(), AlignedPage::zeroed());
-        self.io.read_edge_pages(&miss_pages, &mut self.miss_buf)?;
+        io.read_edge_pages(&miss_pages, &mut self.miss_buf)?;
         let miss_bytes: &[u8] = bytemuck::cast_slice(&self.miss_buf[..miss_pages.len()]);
         self.verify_pages(&miss_pages, miss_bytes)?;
         for (&(i, page_no, ticket), page) in misses.iter().zip(miss_bytes.chunks_exact(PAGE_SIZE)) {
@@ -1120,7 +1207,13 @@ impl IndexSource for DiskReader<'_> {
         let slot_size = self.index.files.vector_layout().slot_size();
         // The vector of vertex v is in slot v (ids are reused together with their slots).
         self.slot_buf.resize(ids.len() * slot_size, 0);
-        let bytes = self.io.read_vectors(ids, &mut self.slot_buf)?;
+        let bytes = match &mut self.io {
+            ReaderIo::Side(io) => io.read_vectors(ids, &mut self.slot_buf)?,
+            ReaderIo::Relation(io) => {
+                let relation = self.index.files.relation().expect("a relation index");
+                io.read_vector_slots(&relation.map(), &relation.vectors, ids, &mut self.slot_buf)?
+            }
+        };
         self.parse_slots(ids.iter().copied(), vectors, tids)?;
         Ok(bytes)
     }
@@ -1132,9 +1225,17 @@ impl IndexSource for DiskReader<'_> {
         vectors: &mut Vec<f32>,
         tids: &mut Vec<HeapTid>,
     ) -> io::Result<u64> {
+        let io = match &mut self.io {
+            ReaderIo::Side(io) => io,
+            ReaderIo::Relation(_) => {
+                // Slots of a relation straddle page headers: read them as slots.
+                let ids: Vec<VertexId> = (first..first + count as VertexId).collect();
+                return self.load_vectors(&ids, vectors, tids);
+            }
+        };
         let slot_size = self.index.files.vector_layout().slot_size();
         self.slot_buf.resize(count * slot_size, 0);
-        let bytes = self.io.read_vector_run(first, count, &mut self.slot_buf)?;
+        let bytes = io.read_vector_run(first, count, &mut self.slot_buf)?;
         self.parse_slots(first..first + count as VertexId, vectors, tids)?;
         Ok(bytes)
     }

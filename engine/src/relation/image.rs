@@ -88,6 +88,13 @@ impl RelationImage {
         Ok(image)
     }
 
+    /// The metapage and the extent map alone, verified: what a reader of an open index
+    /// re-reads when the relation grew under it.
+    pub fn read_map(store: &dyn PageStore, name: &Path) -> Result<(Meta, ExtentMap), StorageError> {
+        let (_, image, _) = Reader::open(store, name)?;
+        Ok((image.meta, image.extent_map))
+    }
+
     /// Ids below `next_vertex` (published or free).
     pub fn len(&self) -> usize {
         self.entries.len()

@@ -32,10 +32,12 @@
 
 mod image;
 mod open;
+pub mod runtime;
 mod writer;
 
 pub use image::RelationImage;
 pub use open::{RelationIndex, RelationReader};
+pub use runtime::open_index;
 pub use writer::{RelationWriter, BATCH_BLOCKS};
 
 use crate::index::{build_in_memory, BuildPhase, BuildReport, Cancel, EdgePageFormat};

@@ -8,6 +8,7 @@
 //! address range reserved up front, so growing never remaps.
 
 use super::blob::{self, BlobKind};
+use super::bulk::{Bulk, RelationBulk};
 use super::edge_page::EdgePageLayout;
 use super::error::StorageError;
 use super::indirection::IndirectionTable;
@@ -33,13 +34,13 @@ pub struct IndexFiles {
     pq_file: File,
     pq_codebook: Vec<u8>,
     entrance: Vec<u8>,
-    edges: File,
-    vectors: File,
+    bulk: Bulk,
     /// The edge-page cache this process reads and writes through, once attached.
     page_cache: std::sync::OnceLock<crate::cache::CacheBinding>,
 }
 
 impl IndexFiles {
+    /// Opens a side directory: runtime state and bulk files together.
     pub fn open(dir: &Path) -> Result<IndexFiles, StorageError> {
         let manifest = Manifest::read(&dir.join(names::MANIFEST))?;
         let edge_layout = manifest.edge_layout()?;
@@ -52,7 +53,50 @@ impl IndexFiles {
         let vector_path = dir.join(names::VECTORS);
         let vectors = open_read(&vector_path)?;
         check_vector_file(&vector_path, &vectors, &vector_layout, &manifest)?;
+        let bulk = Bulk::Side {
+            edges,
+            edge_path,
+            vectors,
+            vector_path,
+            vector_layout,
+        };
+        Self::open_runtime(dir, manifest, edge_layout, bulk)
+    }
 
+    /// Opens the runtime directory `dir` of an index whose bulk pages are in its relation
+    /// (`relation::runtime` materialises the directory from the relation, and derives
+    /// `manifest` from its metapage; the directory holds no manifest of its own).
+    pub fn open_relation(
+        dir: &Path,
+        manifest: Manifest,
+        relation: RelationBulk,
+    ) -> Result<IndexFiles, StorageError> {
+        let edge_layout = EdgePageLayout::for_relation(manifest.max_degree as usize)?;
+        if edge_layout.slots_per_page() != manifest.slots_per_page as usize {
+            return Err(StorageError::corrupt(
+                &relation.fork,
+                format!(
+                    "{} slots per edge page, the relation's pages hold {}",
+                    manifest.slots_per_page,
+                    edge_layout.slots_per_page()
+                ),
+            ));
+        }
+        Self::open_runtime(
+            dir,
+            manifest,
+            edge_layout,
+            Bulk::Relation(Box::new(relation)),
+        )
+    }
+
+    fn open_runtime(
+        dir: &Path,
+        manifest: Manifest,
+        edge_layout: EdgePageLayout,
+        bulk: Bulk,
+    ) -> Result<IndexFiles, StorageError> {
+        let vector_layout = manifest.vector_layout()?;
         let indirection = IndirectionTable::open(&dir.join(names::INDIRECTION))?;
         if indirection.capacity() < manifest.vertex_count as usize {
             return Err(StorageError::corrupt(
@@ -84,16 +128,27 @@ impl IndexFiles {
             pq_file,
             pq_codebook,
             entrance,
-            edges,
-            vectors,
+            bulk,
             page_cache: std::sync::OnceLock::new(),
         })
     }
 
+    /// The bulk pages: side files or the relation.
+    pub fn bulk(&self) -> &Bulk {
+        &self.bulk
+    }
+
+    /// The relation, when the bulk pages live in one.
+    pub fn relation(&self) -> Option<&RelationBulk> {
+        self.bulk.relation()
+    }
+
     /// Routes this index's edge-page reads through `binding` and its page writes and frees
     /// through to it. Once per open; a second call is ignored (returns false).
+    /// The cache holds 4 KiB side-file pages only: a relation index is never attached
+    /// (returns false) until its frames are 8 KiB.
     pub fn attach_cache(&self, binding: crate::cache::CacheBinding) -> bool {
-        self.page_cache.set(binding).is_ok()
+        self.relation().is_none() && self.page_cache.set(binding).is_ok()
     }
 
     /// The attached edge-page cache, if any.
@@ -121,12 +176,14 @@ impl IndexFiles {
         &self.indirection
     }
 
+    /// The edge file, or the relation's first segment file.
     pub fn edge_path(&self) -> PathBuf {
-        self.dir.join(names::EDGES)
+        self.bulk.edge_path().to_path_buf()
     }
 
+    /// The vector file, or the relation's first segment file.
     pub fn vector_path(&self) -> PathBuf {
-        self.dir.join(names::VECTORS)
+        self.bulk.vector_path().to_path_buf()
     }
 
     /// The shared runtime state (`state.dat`).
@@ -205,16 +262,24 @@ impl IndexFiles {
     /// (an extension computed from a stale length could otherwise cut off a slot another
     /// backend just wrote).
     pub fn extend_vector_file(&self, slots: usize) -> Result<(), StorageError> {
-        let path = self.vector_path();
+        // A relation grows when a slot beyond its runs is written (the log's job).
+        let Bulk::Side {
+            vectors,
+            vector_path,
+            ..
+        } = &self.bulk
+        else {
+            return Ok(());
+        };
         let needed = self.vector_layout.file_len(slots as u32);
-        if file_len(&path, &self.vectors)? >= needed {
+        if file_len(vector_path, vectors)? >= needed {
             return Ok(());
         }
         std::fs::OpenOptions::new()
             .write(true)
-            .open(&path)
+            .open(vector_path)
             .and_then(|f| f.set_len(needed))
-            .map_err(|e| StorageError::io(&path, "extend", e))
+            .map_err(|e| StorageError::io(vector_path, "extend", e))
     }
 
     /// The payload written from `ProductQuantizer::to_bytes`.
@@ -227,31 +292,16 @@ impl IndexFiles {
         &self.entrance
     }
 
-    /// Reads and verifies one edge page with a plain `pread`. For tools, tests and cold
-    /// paths; traversal reads through `io::PageReader`.
+    /// Reads and verifies one edge page (4 KiB in side files, 8 KiB in a relation) with a
+    /// plain read. For tools, tests and cold paths; traversal reads in batches.
     pub fn read_edge_page(&self, page_no: u32, page: &mut [u8]) -> Result<(), StorageError> {
-        let path = self.edge_path();
-        if page.len() != PAGE_SIZE {
-            return Err(StorageError::invalid("edge page buffer must be 4096 bytes"));
-        }
-        self.edges
-            .read_exact_at(page, page_no as u64 * PAGE_SIZE as u64)
-            .map_err(|e| StorageError::io(&path, "read", e))?;
-        self.edge_layout.verify(&path, page, page_no)
+        self.bulk.read_edge_page(&self.edge_layout, page_no, page)
     }
 
-    /// Reads one vector slot's raw bytes (`slot_size`) with a plain `pread`; decode with
+    /// Reads one vector slot's raw bytes (`slot_size`) with a plain read; decode with
     /// [`VectorLayout::parse_slot`].
     pub fn read_vector_slot(&self, slot: u32, out: &mut [u8]) -> Result<(), StorageError> {
-        let path = self.vector_path();
-        if out.len() != self.vector_layout.slot_size() {
-            return Err(StorageError::invalid(
-                "vector slot buffer has the wrong size",
-            ));
-        }
-        self.vectors
-            .read_exact_at(out, self.vector_layout.slot_offset(slot))
-            .map_err(|e| StorageError::io(&path, "read", e))
+        self.bulk.read_vector_slot(slot, out)
     }
 }
 

@@ -21,6 +21,7 @@
 //! rejects any other version and asks for a REINDEX rather than guessing.
 
 pub mod blob;
+pub mod bulk;
 pub mod checksum;
 pub mod edge_page;
 pub mod error;
@@ -32,6 +33,7 @@ pub mod vector_file;
 pub mod writer;
 
 pub use blob::{BlobKind, BLOB_HEADER_SIZE};
+pub use bulk::{Bulk, RelationBulk};
 pub use checksum::crc32;
 pub use edge_page::{EdgePageLayout, EdgeSlotRef, PAGE_HEADER_SIZE, SLOT_HEADER_SIZE};
 pub use error::StorageError;

@@ -16,7 +16,7 @@
 
 use super::locks::{AllocatorGuard, WriteLocks};
 use crate::storage::state::{Counter, Field, NONE};
-use crate::storage::{IndexFiles, StorageError, PAGE_SIZE};
+use crate::storage::{IndexFiles, StorageError};
 use crate::VertexId;
 use std::sync::atomic::Ordering;
 
@@ -149,11 +149,7 @@ pub fn recover(
         return Ok(Recovery::default());
     }
     let indirection = files.indirection();
-    let edge_path = files.edge_path();
-    let edge_pages = (std::fs::metadata(&edge_path)
-        .map_err(|e| StorageError::io(&edge_path, "stat", e))?
-        .len()
-        / PAGE_SIZE as u64) as u32;
+    let edge_pages = files.bulk().edge_page_count()?;
     let next_vertex = (state.get(Field::NextVertex) as usize).min(indirection.capacity());
     let mut live = vec![0u32; edge_pages as usize];
     let mut report = Recovery {

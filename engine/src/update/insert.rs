@@ -35,7 +35,7 @@ use crate::graph::vamana::prune_metric;
 use crate::index::{DiskReader, Index, IndexError};
 use crate::search::{CasrMode, SearchCursor, SearchParams};
 use crate::storage::state::Counter;
-use crate::storage::{EdgeLocation, HeapTid, PAGE_SIZE};
+use crate::storage::{EdgeLocation, HeapTid};
 use crate::VertexId;
 use rustc_hash::FxHashMap as HashMap;
 
@@ -287,7 +287,7 @@ impl Index {
         let _stripes = StripeGuard::lock(locks, group);
 
         let mut changes: Vec<ListChange> = Vec::new();
-        let mut page_buf = vec![0u8; PAGE_SIZE];
+        let mut page_buf = vec![0u8; layout.page_size()];
         for &u in group {
             if u == v {
                 let mut list = v_list.to_vec();

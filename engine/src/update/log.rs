@@ -71,6 +71,29 @@ pub trait IndexLog: Send + Sync {
     fn promote(&self, offset: u64, record: &[u8]) -> Result<(), StorageError>;
 }
 
+/// A shared log (the one an index holds, see `Index::set_log`) is a log.
+impl<T: IndexLog + ?Sized> IndexLog for std::sync::Arc<T> {
+    fn edge_page(&self, change: &EdgePageChange<'_>) -> Result<(), StorageError> {
+        (**self).edge_page(change)
+    }
+
+    fn vector(&self, change: &VectorChange<'_>) -> Result<(), StorageError> {
+        (**self).vector(change)
+    }
+
+    fn delete_flags(&self, vertices: &[VertexId]) -> Result<(), StorageError> {
+        (**self).delete_flags(vertices)
+    }
+
+    fn free_vertices(&self, vertices: &[VertexId]) -> Result<(), StorageError> {
+        (**self).free_vertices(vertices)
+    }
+
+    fn promote(&self, offset: u64, record: &[u8]) -> Result<(), StorageError> {
+        (**self).promote(offset, record)
+    }
+}
+
 /// The side-file store (`<relfilenode>.navis/`): edge pages and vector slots are written
 /// with `pwrite`; the indirection table, PQ codes and `state.dat` are the memory-mapped
 /// runtime state itself, so the flags, TIDs and codes need nothing more here; promotions

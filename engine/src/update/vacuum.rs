@@ -35,10 +35,9 @@ use crate::graph::vamana::prune_metric;
 use crate::index::{Index, IndexError};
 use crate::search::{CasrMode, SearchCursor, SearchParams};
 use crate::storage::state::{Counter, Field};
-use crate::storage::{EdgeLocation, HeapTid, PAGE_SIZE};
+use crate::storage::{EdgeLocation, HeapTid};
 use crate::VertexId;
 use std::collections::{HashMap, HashSet};
-use std::os::unix::fs::FileExt;
 use std::sync::atomic::Ordering;
 
 /// Vertices between cancellation checks in table scans.
@@ -171,7 +170,7 @@ impl Index {
         let prune = prune_metric(self.metric());
         // Repairs read no vectors: PQ reconstructions, each computed once.
         let mut vectors = VectorCache::new(self);
-        let mut page_buf = vec![0u8; PAGE_SIZE];
+        let mut page_buf = vec![0u8; files.edge_layout().page_size()];
         for group in to_repair.chunks(spp) {
             if cancel() {
                 return Err(interrupted());
@@ -361,7 +360,7 @@ impl Index {
         let mut reader = self.reader()?;
         let layout = files.vector_layout();
         let mut slot = vec![0u8; layout.slot_size()];
-        let mut page_buf = vec![0u8; PAGE_SIZE];
+        let mut page_buf = vec![0u8; files.edge_layout().page_size()];
         for w in lost {
             if reached[w as usize] {
                 continue; // reconnected through an earlier link
@@ -448,11 +447,12 @@ impl Index {
     ) -> Result<(), IndexError> {
         let files = self.files();
         let layout = files.edge_layout();
+        let page_size = layout.page_size();
         let table = files.indirection();
-        let file = std::fs::File::open(files.edge_path())?;
-        let file_pages = (file.metadata()?.len() / PAGE_SIZE as u64) as usize;
-        let last = (files.state().get(Field::EdgePages) as usize).min(file_pages);
-        let mut buf = vec![0u8; SCAN_PAGES * PAGE_SIZE];
+        let bulk = files.bulk();
+        let last =
+            (files.state().get(Field::EdgePages) as usize).min(bulk.edge_page_count()? as usize);
+        let mut buf = vec![0u8; SCAN_PAGES * page_size];
         let mut list = Vec::with_capacity(layout.max_degree());
         let mut first = 0;
         while first < last {
@@ -460,13 +460,13 @@ impl Index {
                 return Err(interrupted());
             }
             let count = SCAN_PAGES.min(last - first);
-            let chunk = &mut buf[..count * PAGE_SIZE];
-            file.read_exact_at(chunk, (first * PAGE_SIZE) as u64)?;
+            let chunk = &mut buf[..count * page_size];
+            bulk.read_edge_pages(first as u32, count, chunk)?;
             report.edge_pages_read += count as u64;
-            for (i, page) in chunk.chunks_exact(PAGE_SIZE).enumerate() {
+            for (i, page) in chunk.chunks_exact(page_size).enumerate() {
                 let page_no = (first + i) as u32;
                 if files.state().page_live(page_no).load(Ordering::Acquire) == 0
-                    || layout.verify(&files.edge_path(), page, page_no).is_err()
+                    || bulk.verify_edge_page(&layout, page, page_no).is_err()
                 {
                     continue;
                 }
@@ -551,7 +551,7 @@ impl Index {
         }
         let sparse_set: HashSet<u32> = sparse.iter().copied().collect();
         let mut movers: Vec<VertexId> = Vec::new();
-        let mut page = vec![0u8; PAGE_SIZE];
+        let mut page = vec![0u8; layout.page_size()];
         for &p in &sparse {
             if files.read_edge_page(p, &mut page).is_err() {
                 continue;
@@ -569,7 +569,7 @@ impl Index {
                 }
             }
         }
-        let mut page_buf = vec![0u8; PAGE_SIZE];
+        let mut page_buf = vec![0u8; files.edge_layout().page_size()];
         for group in movers.chunks(spp) {
             if cancel() {
                 return Err(interrupted());

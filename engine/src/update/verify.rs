@@ -3,12 +3,12 @@
 //! index (tests run it after concurrent phases); under concurrent writes the page counts may
 //! legitimately be mid-update.
 
+use crate::index::storage_to_io;
 use crate::index::Index;
 use crate::storage::state::{Field, NONE};
-use crate::storage::{EdgeLocation, PAGE_SIZE};
+use crate::storage::EdgeLocation;
 use crate::VertexId;
 use std::collections::{HashSet, VecDeque};
-use std::os::unix::fs::FileExt;
 use std::sync::atomic::Ordering;
 
 /// What [`Index::verify`] found. `problems` holds the first few descriptions; the counts are
@@ -64,14 +64,14 @@ impl Index {
                 table.capacity()
             ));
         }
-        let edge_file = std::fs::File::open(files.edge_path())?;
-        let file_pages = (edge_file.metadata()?.len() / PAGE_SIZE as u64) as usize;
+        let bulk = files.bulk();
+        let file_pages = bulk.edge_page_count().map_err(storage_to_io)? as usize;
 
         // Indirection entries and the edge lists they point at.
         let mut adjacency: Vec<Vec<VertexId>> = vec![Vec::new(); next_vertex];
         let mut live_per_page = vec![0u32; edge_pages.max(file_pages)];
         let mut published = 0u64;
-        let mut page = vec![0u8; PAGE_SIZE];
+        let mut page = vec![0u8; layout.page_size()];
         let mut loaded_page = u32::MAX;
         let ids = 0..next_vertex.min(table.capacity()) as VertexId;
         for v in ids {
@@ -89,8 +89,9 @@ impl Index {
             }
             live_per_page[p as usize] += 1;
             if loaded_page != p {
-                edge_file.read_exact_at(&mut page, p as u64 * PAGE_SIZE as u64)?;
-                if let Err(e) = layout.verify(&files.edge_path(), &page, p) {
+                bulk.read_edge_pages(p, 1, &mut page)
+                    .map_err(storage_to_io)?;
+                if let Err(e) = bulk.verify_edge_page(&layout, &page, p) {
                     report.problem(format!("edge page {p}: {e}"));
                     loaded_page = u32::MAX;
                     continue;

@@ -1,0 +1,164 @@
+//! The runtime copy of a relation index (RFC 0001 §3): the state every search and insert
+//! reads without touching a page (indirection entries, PQ codes, allocator and live counts,
+//! the entrance graph), materialised from the relation's buffer-managed pages into a
+//! directory of memory-mapped files that every process of one server lifetime shares. The
+//! bulk pages (edge lists, vectors) stay in the relation and are read from it as searches go.
+//!
+//! The copy is never the durable truth: it is rebuilt from the pages whenever its directory
+//! is missing (a new server lifetime names a new directory), and `update::recover` derives
+//! the free lists and live counts from its entries (RFC 0001 §10). The directory holds the
+//! files `IndexFiles` maps (`indirection.dat`, `pq_codes.dat`, `state.dat`, the two blobs,
+//! `entrance.shm`), but no manifest: the manifest is derived from the metapage at each open.
+//!
+//! Creation is atomic: a process writes a private directory and renames it into place; one
+//! that loses the race to another drops its own and opens the winner's.
+
+use super::RelationImage;
+use crate::entrance::shared::SharedEntrance;
+use crate::entrance::EntranceGraph;
+use crate::index::{Index, IndexError};
+use crate::pages::edge::EdgeLayout;
+use crate::pages::vector::VectorPages;
+use crate::pages::PageKind;
+use crate::storage::blob::{self, BlobKind};
+use crate::storage::{
+    names, IndexFiles, IndirectionTable, Manifest, RelationBulk, SharedState, StorageError,
+};
+use crate::store::PageStore;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+
+/// Opens the index in `store` (whose main fork's first segment file is `fork`), with its
+/// runtime copy in `runtime_dir`: materialised from the pages if the directory does not
+/// exist yet, shared as it is otherwise. The caller runs `update::recover` with its server
+/// lifetime's epoch before writing, as for a side directory.
+pub fn open_index(
+    store: Arc<dyn PageStore>,
+    fork: &Path,
+    runtime_dir: &Path,
+) -> Result<Index, IndexError> {
+    let image = RelationImage::read_hot(&*store, fork)?;
+    let manifest = manifest_of(&image, fork)?;
+    if !runtime_dir.exists() {
+        materialise(&image, &manifest, runtime_dir)?;
+    }
+    let meta = &image.meta;
+    let relation = RelationBulk {
+        store,
+        fork: fork.to_path_buf(),
+        edges: EdgeLayout::new(meta.max_degree as usize)?,
+        vectors: VectorPages::new(meta.dim as usize)?,
+        map: RwLock::new(image.extent_map),
+    };
+    Index::from_files(IndexFiles::open_relation(runtime_dir, manifest, relation)?)
+}
+
+/// The side-file manifest an open relation index presents to the engine: geometry and
+/// build parameters from the metapage, counts from the decoded pages.
+fn manifest_of(image: &RelationImage, fork: &Path) -> Result<Manifest, StorageError> {
+    let meta = &image.meta;
+    let edges = EdgeLayout::new(meta.max_degree as usize)?;
+    let ids = image.entries.len();
+    if ids >= crate::storage::indirection::MAX_VERTICES {
+        return Err(StorageError::corrupt(
+            fork,
+            format!("{ids} vertex ids exceed what one index can hold"),
+        ));
+    }
+    Ok(Manifest {
+        metric: meta.metric,
+        dim: meta.dim,
+        max_degree: meta.max_degree,
+        pq_bytes: meta.pq_bytes,
+        vertex_count: meta.build_vertices,
+        slots_per_page: edges.slots_per_page() as u32,
+        edge_pages: image.extent_map.capacity(PageKind::Edge),
+        vector_slots: ids as u32,
+        indirection_capacity: IndirectionTable::capacity_for(ids) as u32,
+        medoid: meta.medoid,
+        params: meta.params,
+    })
+}
+
+/// Writes the runtime files for `image` into a private directory beside `dir`, then renames
+/// it to `dir`. Losing the rename to another process is success.
+fn materialise(image: &RelationImage, manifest: &Manifest, dir: &Path) -> Result<(), StorageError> {
+    let private = private_name(dir);
+    std::fs::create_dir_all(&private)
+        .map_err(|e| StorageError::io(&private, "create directory", e))?;
+    let written = write_runtime_files(image, manifest, &private);
+    let placed = written.and_then(|()| {
+        match std::fs::rename(&private, dir) {
+            Ok(()) => Ok(()),
+            // Another process placed its copy first; both were made from the same pages.
+            Err(_) if dir.join(names::STATE).exists() => Ok(()),
+            Err(e) => Err(StorageError::io(dir, "rename runtime directory", e)),
+        }
+    });
+    if private.exists() {
+        let _ = std::fs::remove_dir_all(&private);
+    }
+    placed
+}
+
+fn private_name(dir: &Path) -> PathBuf {
+    let name = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    dir.with_file_name(format!(
+        "{name}.tmp.{}.{:x}",
+        std::process::id(),
+        rand::random::<u64>()
+    ))
+}
+
+fn write_runtime_files(
+    image: &RelationImage,
+    manifest: &Manifest,
+    dir: &Path,
+) -> Result<(), StorageError> {
+    let capacity = manifest.indirection_capacity as usize;
+    let table = IndirectionTable::create(&dir.join(names::INDIRECTION), capacity)?;
+    let mut live = vec![0u32; manifest.edge_pages as usize];
+    for (v, entry) in image.entries.iter().enumerate() {
+        let Some(entry) = *entry else {
+            continue;
+        };
+        let page = entry.edge.page as usize;
+        if page >= live.len() {
+            return Err(StorageError::corrupt(
+                table.path(),
+                format!("vertex {v} points at edge page {page}, beyond the relation's"),
+            ));
+        }
+        live[page] += 1;
+        table.publish(v as u32, entry)?;
+    }
+
+    let pq_bytes = manifest.pq_bytes as usize;
+    let mut codes = image.codes.clone();
+    codes.resize(capacity * pq_bytes, 0);
+    write_file(&dir.join(names::PQ_CODES), &codes)?;
+
+    // Every id below the high-water mark counts as handed out; recovery puts the unpublished
+    // ones on the free list and counts the rest.
+    SharedState::create(&dir.join(names::STATE), manifest.vector_slots, &live)?;
+
+    write_file(
+        &dir.join(names::PQ_CODEBOOK),
+        &blob::encode(BlobKind::PqCodebook, &image.codebook),
+    )?;
+    write_file(
+        &dir.join(names::ENTRANCE),
+        &blob::encode(BlobKind::EntranceGraph, &image.entrance),
+    )?;
+    let graph = EntranceGraph::from_bytes(&image.entrance)
+        .map_err(|e| StorageError::corrupt(&dir.join(names::ENTRANCE), e.to_string()))?;
+    SharedEntrance::create(&dir.join(names::ENTRANCE_SHM), &graph, 0)
+        .map_err(|e| StorageError::corrupt(&dir.join(names::ENTRANCE_SHM), e.to_string()))
+}
+
+fn write_file(path: &Path, bytes: &[u8]) -> Result<(), StorageError> {
+    std::fs::write(path, bytes).map_err(|e| StorageError::io(path, "write", e))
+}

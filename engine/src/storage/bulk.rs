@@ -1,0 +1,206 @@
+//! Where an open index's bulk pages live: edge pages and vector slots, the two kinds every
+//! search reads from disk. Everything else an open index uses (indirection table, PQ codes,
+//! `state.dat`, the entrance graph) is the runtime state in its directory, the same for both.
+//!
+//! - [`Bulk::Side`]: `edges.dat` (4 KiB pages, page `p` at byte `4096 p`) and `vectors.dat`
+//!   in the side directory, the layout PostgreSQL used before RFC 0001.
+//! - [`Bulk::Relation`]: the index's relation (RFC 0001 §2): 8 KiB PostgreSQL pages in a
+//!   [`PageStore`], edge page ordinals and vector slots placed by the extent map, and the
+//!   first segment file of the main fork for the O_DIRECT readers ([`crate::segments`]).
+//!
+//! The cold-path reads here (one page or slot, sequential scans for VACUUM and verify) go
+//! through plain reads; searches read through `io::PageReader` or `SegmentReader`.
+
+use super::edge_page::EdgePageLayout;
+use super::error::StorageError;
+use super::vector_file::VectorLayout;
+use super::PAGE_SIZE;
+use crate::pages::edge::EdgeLayout;
+use crate::pages::extent::ExtentMap;
+use crate::pages::vector::VectorPages;
+use crate::pages::{PageKind, BLOCK_SIZE};
+use crate::store::PageStore;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock, RwLockReadGuard};
+
+/// The bulk pages of an open index.
+pub enum Bulk {
+    Side {
+        edges: File,
+        edge_path: PathBuf,
+        vectors: File,
+        vector_path: PathBuf,
+        vector_layout: VectorLayout,
+    },
+    Relation(Box<RelationBulk>),
+}
+
+/// An index's relation, as the bulk store of an open index.
+pub struct RelationBulk {
+    pub store: Arc<dyn PageStore>,
+    /// The main fork's first segment file, which names the relation in errors too.
+    pub fork: PathBuf,
+    /// Grows (new runs) while the index is open; readers take it shared per batch.
+    pub map: RwLock<ExtentMap>,
+    pub edges: EdgeLayout,
+    pub vectors: VectorPages,
+}
+
+impl RelationBulk {
+    pub fn map(&self) -> RwLockReadGuard<'_, ExtentMap> {
+        // A writer that panicked while holding the lock left a map that is still a valid
+        // map (runs are only ever appended), so poisoning is not an error here.
+        self.map.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn block_of(&self, kind: PageKind, ordinal: u32) -> Result<u32, StorageError> {
+        self.map().block(kind, ordinal).ok_or_else(|| {
+            StorageError::corrupt(
+                &self.fork,
+                format!("{} page {ordinal} is beyond the extent map", kind.name()),
+            )
+        })
+    }
+}
+
+impl Bulk {
+    pub fn relation(&self) -> Option<&RelationBulk> {
+        match self {
+            Bulk::Relation(r) => Some(r),
+            Bulk::Side { .. } => None,
+        }
+    }
+
+    /// The file that names the edge pages in errors.
+    pub fn edge_path(&self) -> &Path {
+        match self {
+            Bulk::Side { edge_path, .. } => edge_path,
+            Bulk::Relation(r) => &r.fork,
+        }
+    }
+
+    /// The file that names the vector slots in errors.
+    pub fn vector_path(&self) -> &Path {
+        match self {
+            Bulk::Side { vector_path, .. } => vector_path,
+            Bulk::Relation(r) => &r.fork,
+        }
+    }
+
+    /// Edge pages that exist (allocated or not): the edge file's length, or the extent
+    /// map's edge capacity.
+    pub fn edge_page_count(&self) -> Result<u32, StorageError> {
+        match self {
+            Bulk::Side {
+                edges, edge_path, ..
+            } => {
+                let len = edges
+                    .metadata()
+                    .map_err(|e| StorageError::io(edge_path, "stat", e))?
+                    .len();
+                Ok((len / PAGE_SIZE as u64) as u32)
+            }
+            Bulk::Relation(r) => Ok(r.map().capacity(PageKind::Edge)),
+        }
+    }
+
+    /// Checks a page read as edge page `page_no` (see [`Bulk::read_edge_page`]).
+    pub fn verify_edge_page(
+        &self,
+        layout: &EdgePageLayout,
+        page: &[u8],
+        page_no: u32,
+    ) -> Result<(), StorageError> {
+        match self {
+            Bulk::Side { edge_path, .. } => layout.verify(edge_path, page, page_no),
+            Bulk::Relation(r) => {
+                let block = r.block_of(PageKind::Edge, page_no)?;
+                r.edges
+                    .verify(page, block, page_no)
+                    .map_err(|e| e.into_storage(&r.fork))
+            }
+        }
+    }
+
+    /// Reads edge pages `first..first + count` into `out` (`count` pages of the layout's
+    /// size), unverified: a sequential scan may meet pages being rewritten.
+    pub fn read_edge_pages(
+        &self,
+        first: u32,
+        count: usize,
+        out: &mut [u8],
+    ) -> Result<(), StorageError> {
+        match self {
+            Bulk::Side {
+                edges, edge_path, ..
+            } => edges
+                .read_exact_at(
+                    &mut out[..count * PAGE_SIZE],
+                    first as u64 * PAGE_SIZE as u64,
+                )
+                .map_err(|e| StorageError::io(edge_path, "read", e)),
+            Bulk::Relation(r) => {
+                for (i, page) in out[..count * BLOCK_SIZE]
+                    .chunks_exact_mut(BLOCK_SIZE)
+                    .enumerate()
+                {
+                    let block = r.block_of(PageKind::Edge, first + i as u32)?;
+                    r.store.read_block(block, page)?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Reads and verifies one edge page.
+    pub fn read_edge_page(
+        &self,
+        layout: &EdgePageLayout,
+        page_no: u32,
+        page: &mut [u8],
+    ) -> Result<(), StorageError> {
+        if page.len() != layout.page_size() {
+            return Err(StorageError::invalid(format!(
+                "edge page buffer must be {} bytes",
+                layout.page_size()
+            )));
+        }
+        self.read_edge_pages(page_no, 1, page)?;
+        self.verify_edge_page(layout, page, page_no)
+    }
+
+    /// Reads one vector slot's raw bytes (`slot_size`); decode with
+    /// [`VectorLayout::parse_slot`].
+    pub fn read_vector_slot(&self, slot: u32, out: &mut [u8]) -> Result<(), StorageError> {
+        match self {
+            Bulk::Side {
+                vectors,
+                vector_path,
+                vector_layout,
+                ..
+            } => {
+                if out.len() != vector_layout.slot_size() {
+                    return Err(StorageError::invalid(
+                        "vector slot buffer has the wrong size",
+                    ));
+                }
+                vectors
+                    .read_exact_at(out, vector_layout.slot_offset(slot))
+                    .map_err(|e| StorageError::io(vector_path, "read", e))
+            }
+            Bulk::Relation(r) => {
+                let (extent, _) = r.vectors.extent_of(slot);
+                let (first, count) = r.vectors.page_span(slot);
+                let mut pages = vec![0u8; count as usize * BLOCK_SIZE];
+                for (k, page) in pages.chunks_exact_mut(BLOCK_SIZE).enumerate() {
+                    let ordinal = extent * crate::pages::EXTENT_BLOCKS + first + k as u32;
+                    let block = r.block_of(PageKind::Vector, ordinal)?;
+                    r.store.read_block(block, page)?;
+                }
+                r.vectors.gather(slot, &pages, first, out)
+            }
+        }
+    }
+}
