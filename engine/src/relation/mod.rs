@@ -92,4 +92,6 @@ pub fn build_relation(
 }
 
 #[cfg(test)]
+mod store_log_tests;
+#[cfg(test)]
 mod tests;
