@@ -17,7 +17,8 @@
 //! EDGE_PAGE (IndexLog::edge_page, EdgePageChange)
 //!   edge page `page`        whole page: the lists of `lists`, each in its slot, stamped with
 //!                           its vertex; every other slot free (edge_page_image). A bulk page:
-//!                           written whole, never read first.
+//!                           written whole, never read or verified first (so a torn page is
+//!                           repaired).
 //!   indirection pages       of each listed vertex: `old = None` publishes it (LIVE, the
 //!                           change's TID, its new location); `old = Some` relocates it (flags
 //!                           and TID kept). The old slot's page is NOT touched: out-of-place
@@ -26,8 +27,8 @@
 //! VECTOR (IndexLog::vector, VectorChange)
 //!   vector pages            the 1..3 pages the vertex's slot spans (slot v = vertex v): the
 //!                           slot's bytes on each (vector, TID, owner v)
-//!   code page               the vertex's PQ code
 //!   indirection page        the vertex's TID word (edge word kept: not yet published)
+//!   code page               the vertex's PQ code
 //! DELETE_FLAGS (IndexLog::delete_flags, ids)
 //!   indirection pages       DELETED set on each published id on the page
 //! FREE (IndexLog::free_vertices, ids)
@@ -164,25 +165,22 @@ pub fn apply(
     at: PageRef,
     block: u32,
 ) -> Result<(), StorageError> {
-    let name = std::path::Path::new("<page>");
+    if let (Change::EdgePage(c), PageKind::Edge) = (change, at.kind) {
+        // Written whole, so whatever the page held (a torn write included) is not read:
+        // this is how redo repairs a torn bulk page.
+        if c.page != at.ordinal {
+            return Err(not_in_footprint(change, at));
+        }
+        return edge_page_image(g, c, block, page);
+    }
     if pages::is_new(page) {
         init_page(g, page, at, block);
     } else {
         pages::verify_ordinal(page, at.kind, block, at.ordinal)
-            .map_err(|e| e.into_storage(name))?;
+            .map_err(|e| e.into_storage(std::path::Path::new("<page>")))?;
     }
-    let wrong = || {
-        StorageError::invalid(format!(
-            "{} page {} is not in the footprint of {change:?}",
-            at.kind.name(),
-            at.ordinal
-        ))
-    };
     let on_page = |v: VertexId| indirection_page(v) == at;
     match (change, at.kind) {
-        (Change::EdgePage(c), PageKind::Edge) if c.page == at.ordinal => {
-            edge_page_image(g, c, block, page)?;
-        }
         (Change::EdgePage(c), PageKind::Indirection) => {
             for l in c.lists.iter().filter(|l| on_page(l.vertex)) {
                 let to = EdgeLocation {
@@ -242,10 +240,27 @@ pub fn apply(
         {
             promotions::write(page, at.ordinal, *offset, record);
         }
-        _ => return Err(wrong()),
+        _ => return Err(not_in_footprint(change, at)),
     }
     pages::seal(page);
     Ok(())
+}
+
+fn not_in_footprint(change: &Change<'_>, at: PageRef) -> StorageError {
+    let what = match change {
+        Change::EdgePage(c) => format!("the edge-page change of page {}", c.page),
+        Change::Vector(c) => format!("the vector change of vertex {}", c.vertex),
+        Change::DeleteFlags(ids) => format!("delete flags of {} vertices", ids.len()),
+        Change::Free(ids) => format!("the freeing of {} vertices", ids.len()),
+        Change::Promote { offset, record } => {
+            format!("the promotion of {} bytes at {offset}", record.len())
+        }
+    };
+    StorageError::invalid(format!(
+        "{} page {} is not touched by {what}",
+        at.kind.name(),
+        at.ordinal
+    ))
 }
 
 /// Relocates `v` from `old` to `to`; already at `to` is the change applied before. Anything
@@ -336,4 +351,208 @@ pub fn edge_page_image(
     }
     g.edges.seal(out);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::{HeapTid, FLAG_DELETED};
+    use crate::update::PlacedList;
+
+    fn geometry(dim: u32, max_degree: u32, pq_bytes: u32) -> Geometry {
+        Geometry {
+            edges: EdgeLayout::new(max_degree as usize).unwrap(),
+            vectors: VectorPages::new(dim as usize).unwrap(),
+            codes: CodePages::new(pq_bytes as usize).unwrap(),
+        }
+    }
+
+    fn tid(block: u32) -> HeapTid {
+        HeapTid { block, offset: 3 }
+    }
+
+    #[test]
+    fn a_vector_slot_is_applied_page_by_page_to_the_pages_it_spans() {
+        let g = geometry(1536, 16, 16);
+        let v = 1; // 6156-byte slots: slot 1 straddles pages 0 and 1
+        let vector: Vec<f32> = (0..1536).map(|i| i as f32 * 0.5).collect();
+        let code = vec![9u8; 16];
+        let change = VectorChange {
+            vertex: v,
+            vector: &vector,
+            tid: tid(77),
+            code: &code,
+        };
+        let c = Change::Vector(&change);
+        let at = footprint(&g, &c);
+        let kinds: Vec<PageKind> = at.iter().map(|p| p.kind).collect();
+        use PageKind::*;
+        assert_eq!(kinds, [Vector, Vector, Indirection, Codes]);
+        let mut pages = vec![0u8; 2 * BLOCK_SIZE];
+        for (i, page) in pages.chunks_exact_mut(BLOCK_SIZE).enumerate().rev() {
+            apply(&g, &c, page, at[i], 40 + i as u32).unwrap();
+            let once = page.to_vec();
+            apply(&g, &c, page, at[i], 40 + i as u32).unwrap();
+            assert_eq!(page, &once[..], "idempotent");
+            g.vectors
+                .verify_page(page, 40 + i as u32, i as u32)
+                .unwrap();
+        }
+        let mut slot = vec![0u8; g.vectors.slot_size()];
+        g.vectors.gather(v, &pages, 0, &mut slot).unwrap();
+        let parsed = g.vectors.layout().parse_slot(&slot).unwrap();
+        assert_eq!((parsed.owner(), parsed.tid()), (v, tid(77)));
+        let mut back = vec![0f32; 1536];
+        parsed.copy_vector_into(&mut back);
+        assert_eq!(back, vector);
+        // Slot 0 on page 0 is still free; the code and the TID land on their pages.
+        g.vectors.gather(0, &pages, 0, &mut slot).unwrap();
+        assert!(g.vectors.layout().parse_slot(&slot).unwrap().owner() == u32::MAX);
+        let mut page = vec![0u8; BLOCK_SIZE];
+        apply(&g, &c, &mut page, at[3], 9).unwrap();
+        assert_eq!(g.codes.code(&page, v), &code[..]);
+        let mut page = vec![0u8; BLOCK_SIZE];
+        apply(&g, &c, &mut page, at[2], 8).unwrap();
+        assert_eq!(
+            indirection::entry(&page, v),
+            None,
+            "a TID alone does not publish"
+        );
+        assert_eq!(indirection::words(&page, v).1 as u32, 77);
+        // A page outside the footprint, or another block's page, is refused.
+        let other = PageRef {
+            kind: Codes,
+            ordinal: 5,
+        };
+        assert!(apply(&g, &c, &mut page, other, 8).is_err());
+        assert!(apply(&g, &c, &mut page, at[2], 9).is_err());
+    }
+
+    #[test]
+    fn edge_pages_are_rebuilt_from_either_image_and_entries_follow_their_history() {
+        let g = geometry(8, 16, 4);
+        let side = EdgePageLayout::new(16).unwrap();
+        let mut image = vec![0u8; PAGE_SIZE];
+        side.init_page(&mut image, 5);
+        side.put_slot(&mut image, 0, 600, &[1, 2, 3]).unwrap();
+        side.put_slot(&mut image, 1, 7, &[600]).unwrap();
+        side.put_slot(&mut image, 2, 8, &[9]).unwrap(); // not in the change: not copied
+        side.seal(&mut image);
+        let old = EdgeLocation { page: 0, slot: 4 };
+        let lists = [
+            PlacedList {
+                vertex: 600,
+                slot: 0,
+                old: None,
+            },
+            PlacedList {
+                vertex: 7,
+                slot: 1,
+                old: Some(old),
+            },
+        ];
+        let change = EdgePageChange {
+            page: 5,
+            image: &image,
+            lists: &lists,
+            tid: tid(12),
+        };
+        let c = Change::EdgePage(&change);
+        let at = footprint(&g, &c);
+        assert_eq!(at.len(), 3, "the edge page and two indirection pages");
+        // A torn page is simply overwritten.
+        let mut page = vec![0xA5u8; BLOCK_SIZE];
+        apply(&g, &c, &mut page, at[0], 300).unwrap();
+        g.edges.verify(&page, 300, 5).unwrap();
+        assert_eq!(g.edges.slot(&page, 0).to_vec(), [1, 2, 3]);
+        assert_eq!(g.edges.slot(&page, 1).owner(), 7);
+        assert!(g.edges.slot(&page, 2).is_free());
+        // Vertex 7 was published at `old`; 600 is published now.
+        let mut entries = vec![0u8; BLOCK_SIZE];
+        indirection::init_page(&mut entries, 20, 0);
+        let e7 = IndirEntry {
+            edge: old,
+            tid: tid(1),
+            flags: FLAG_LIVE | FLAG_DELETED,
+        };
+        indirection::publish(&mut entries, 7, e7);
+        pages::seal(&mut entries);
+        for _ in 0..2 {
+            apply(&g, &c, &mut entries, at[1], 20).unwrap();
+        }
+        let moved = indirection::entry(&entries, 7).unwrap();
+        assert_eq!(
+            (moved.edge, moved.tid, moved.flags),
+            (EdgeLocation { page: 5, slot: 1 }, tid(1), e7.flags)
+        );
+        let mut second = vec![0u8; BLOCK_SIZE];
+        apply(&g, &c, &mut second, at[2], 21).unwrap();
+        let e600 = indirection::entry(&second, 600).unwrap();
+        assert_eq!(
+            (e600.edge.slot, e600.tid, e600.flags),
+            (0, tid(12), FLAG_LIVE)
+        );
+        // Deleted, then freed: the entry is zero again, twice or once.
+        let ids = [600, 601];
+        for c in [Change::DeleteFlags(&ids), Change::DeleteFlags(&ids)] {
+            apply(&g, &c, &mut second, at[2], 21).unwrap();
+        }
+        assert!(indirection::entry(&second, 600).unwrap().is_deleted());
+        assert_eq!(
+            indirection::entry(&second, 601),
+            None,
+            "unpublished: left alone"
+        );
+        for c in [Change::Free(&ids), Change::Free(&ids)] {
+            apply(&g, &c, &mut second, at[2], 21).unwrap();
+        }
+        assert_eq!(indirection::words(&second, 600), (0, 0));
+        // A relocation that does not follow the entry's history is refused.
+        indirection::relocate(&mut entries, 7, EdgeLocation { page: 9, slot: 9 }).unwrap();
+        pages::seal(&mut entries);
+        assert!(apply(&g, &c, &mut entries, at[1], 20).is_err());
+        // An image whose slot holds another vertex, or two lists in one slot, is refused.
+        let mut bad = lists;
+        bad[1].vertex = 8;
+        let change = EdgePageChange {
+            lists: &bad,
+            ..change
+        };
+        assert!(edge_page_image(&g, &change, 300, &mut page).is_err());
+        let shared = [
+            lists[0],
+            PlacedList {
+                slot: 0,
+                ..lists[0]
+            },
+        ];
+        let change = EdgePageChange {
+            lists: &shared,
+            ..change
+        };
+        let err = edge_page_image(&g, &change, 300, &mut page).unwrap_err();
+        assert!(err.to_string().contains("share a slot"), "{err}");
+    }
+
+    #[test]
+    fn a_promotion_spans_the_pages_of_its_bytes() {
+        let g = geometry(8, 16, 4);
+        let record = promotions::record(&[5u8; 9000]);
+        let c = Change::Promote {
+            offset: 8000,
+            record: &record,
+        };
+        let at = footprint(&g, &c);
+        let ordinals: Vec<u32> = at.iter().map(|p| p.ordinal).collect();
+        assert_eq!(ordinals, [0, 1, 2]);
+        let mut stream = Vec::new();
+        for (i, &p) in at.iter().enumerate() {
+            let mut page = vec![0u8; BLOCK_SIZE];
+            apply(&g, &c, &mut page, p, 50 + i as u32).unwrap();
+            promotions::verify(&page, 50 + i as u32, i as u32).unwrap();
+            stream.extend_from_slice(pages::payload(&page));
+        }
+        assert_eq!(&stream[8000..8000 + record.len()], &record[..]);
+        assert!(stream[..8000].iter().all(|&b| b == 0));
+    }
 }

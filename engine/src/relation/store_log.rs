@@ -91,8 +91,7 @@ impl<S: PageStore> StoreLog<S> {
         for at in apply::footprint(&self.geometry, change) {
             let block = self.block(at)?;
             if at.kind == PageKind::Edge {
-                // Written whole: what was there before does not matter.
-                page.fill(0);
+                // Written whole: what was there before is neither read nor checked.
                 apply::apply(&self.geometry, change, &mut page, at, block)?;
                 self.store.write_block(block, &page)?;
                 continue;
