@@ -1,4 +1,4 @@
-//! The page-apply functions: what each change of the write seam ([`IndexLog`], RFC 0001 §10)
+//! The page-apply functions: what each change of the write seam ([`crate::update::IndexLog`], RFC 0001 §10)
 //! does to each page of the relation it touches. This is the redo vocabulary: PostgreSQL's
 //! redo of a navis record calls exactly these on the buffer (or restored bulk page) of each
 //! block reference, and [`super::StoreLog`] calls them on pages it reads and writes back. So

@@ -539,10 +539,8 @@ impl<'s> Reader<'s> {
         let per_page = codes.per_page();
         image.codes = vec![0; n * codes.pq_bytes()];
         for o in 0..map.capacity(PageKind::Codes) {
+            // Every page is verified; only ids below len() are kept (the rest are free).
             let ids = (o as usize * per_page).min(n)..((o as usize + 1) * per_page).min(n);
-            if ids.is_empty() {
-                break; // ids past len() are free; their pages need no reading
-            }
             let block = self.read_maybe_new(map, PageKind::Codes, o)?;
             if pages::is_new(&self.page) {
                 if let Some(v) = ids.clone().find(|&v| image.entries[v].is_some()) {
