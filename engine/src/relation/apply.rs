@@ -1,10 +1,11 @@
-//! The page-apply functions: what each change of the write seam ([`crate::update::IndexLog`], RFC 0001 §10)
-//! does to each page of the relation it touches. This is the redo vocabulary: PostgreSQL's
-//! redo of a navis record calls exactly these on the buffer (or restored bulk page) of each
-//! block reference, and [`super::StoreLog`] calls them on pages it reads and writes back. So
-//! they work on one `&mut [u8]` page given to them, never on a store, and every one is
-//! idempotent: applying a change twice leaves the page as applying it once (redo may meet a
-//! page that already has the change, and full-page images make that the normal case).
+//! The page-apply functions: what each change of the write seam
+//! ([`crate::update::IndexLog`], RFC 0001 §10) does to each page of the relation it touches.
+//! This is the redo vocabulary: PostgreSQL's redo of a navis record calls exactly these on the
+//! buffer (or restored bulk page) of each block reference, and [`super::StoreLog`] calls them
+//! on pages it reads and writes back. So they work on one `&mut [u8]` page given to them,
+//! never on a store, and every one is idempotent: applying a change twice leaves the page as
+//! applying it once (redo may meet a page that already has the change, and full-page images
+//! make that the normal case).
 //!
 //! A change names pages by (kind, ordinal) ([`PageRef`]); the extent map turns an ordinal into
 //! a block. [`footprint`] lists the pages of a change, [`apply`] applies it to one of them:
