@@ -213,3 +213,86 @@ impl<S: PageStore> IndexLog for StoreLog<S> {
         self.apply(&Change::Promote { offset, record })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pages::extent::ENTRIES_PER_PAGE;
+    use crate::relation::RelationWriter;
+    use crate::storage::{BuildInput, BuildParams};
+    use std::collections::HashMap;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    /// Blocks that were never written read as zeros and cost nothing, so a relation can have
+    /// a thousand runs in a test.
+    #[derive(Default)]
+    struct Sparse {
+        blocks: Mutex<HashMap<u32, Vec<u8>>>,
+        n: AtomicU32,
+    }
+
+    impl PageStore for Sparse {
+        fn nblocks(&self) -> Result<u32, StorageError> {
+            Ok(self.n.load(Ordering::Acquire))
+        }
+        fn read_block(&self, block: u32, out: &mut [u8]) -> Result<(), StorageError> {
+            match lock(&self.blocks).get(&block) {
+                Some(page) => out.copy_from_slice(page),
+                None => out.fill(0),
+            }
+            Ok(())
+        }
+        fn write_block(&self, block: u32, page: &[u8]) -> Result<(), StorageError> {
+            assert!(block < self.n.load(Ordering::Acquire));
+            lock(&self.blocks).insert(block, page.to_vec());
+            Ok(())
+        }
+        fn extend(&self, blocks: u32) -> Result<u32, StorageError> {
+            Ok(self.n.fetch_add(blocks, Ordering::AcqRel))
+        }
+        fn sync(&self) -> Result<(), StorageError> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_map_that_outgrows_its_page_gets_another_and_the_metapage_lists_it() {
+        let store = Sparse::default();
+        let input = BuildInput {
+            dim: 4,
+            metric: crate::Metric::L2,
+            max_degree: 8,
+            pq_bytes: 1,
+            params: BuildParams {
+                build_list: 16,
+                alpha: 1.2,
+                entrance_ratio: 0.01,
+                entrance_degree: 8,
+            },
+            vectors: &[],
+            heap_tids: &[],
+            adjacency: &[],
+            placement: &crate::placement::greedy_placement(&[], 203).unwrap(),
+            pq_codes: &[],
+            pq_codebook: &[1, 2, 3],
+            entrance: &[4, 5],
+        };
+        RelationWriter::write(&store, &input, 0, 1).unwrap();
+        let log = StoreLog::open(&store).unwrap();
+        assert_eq!(log.meta().extent_map_pages.len(), 1);
+        let mut map = log.extent_map();
+        let logged = map.allocation_log().len();
+        while map.allocation_log().len() <= ENTRIES_PER_PAGE + 5 {
+            for kind in [PageKind::Edge, PageKind::Vector] {
+                let run = map.runs(kind).len() as u32;
+                map.push_run(kind, store.extend(run_len(run)).unwrap());
+            }
+        }
+        let mut meta = log.meta();
+        log.write_map(&mut meta, &map, logged).unwrap();
+        assert_eq!(meta.extent_map_pages.len(), 2);
+        let (read, back) = RelationImage::read_layout(&store, Path::new("<sparse>")).unwrap();
+        assert_eq!(read, meta);
+        assert_eq!(back, map);
+    }
+}
