@@ -56,6 +56,45 @@ pub trait PageStore: Send + Sync {
     fn sync(&self) -> Result<(), StorageError>;
 }
 
+/// A borrowed store is a store, so that owners of a store (such as
+/// [`crate::relation::StoreLog`]) can hold either it or a reference to it.
+impl<T: PageStore + ?Sized> PageStore for &T {
+    fn nblocks(&self) -> Result<u32, StorageError> {
+        (**self).nblocks()
+    }
+    fn read_block(&self, block: u32, out: &mut [u8]) -> Result<(), StorageError> {
+        (**self).read_block(block, out)
+    }
+    fn write_block(&self, block: u32, page: &[u8]) -> Result<(), StorageError> {
+        (**self).write_block(block, page)
+    }
+    fn extend(&self, blocks: u32) -> Result<u32, StorageError> {
+        (**self).extend(blocks)
+    }
+    fn sync(&self) -> Result<(), StorageError> {
+        (**self).sync()
+    }
+}
+
+/// A shared store is a store (see the `&T` implementation).
+impl<T: PageStore + ?Sized> PageStore for std::sync::Arc<T> {
+    fn nblocks(&self) -> Result<u32, StorageError> {
+        (**self).nblocks()
+    }
+    fn read_block(&self, block: u32, out: &mut [u8]) -> Result<(), StorageError> {
+        (**self).read_block(block, out)
+    }
+    fn write_block(&self, block: u32, page: &[u8]) -> Result<(), StorageError> {
+        (**self).write_block(block, page)
+    }
+    fn extend(&self, blocks: u32) -> Result<u32, StorageError> {
+        (**self).extend(blocks)
+    }
+    fn sync(&self) -> Result<(), StorageError> {
+        (**self).sync()
+    }
+}
+
 fn check_buffer(len: usize) -> Result<(), StorageError> {
     if len != BLOCK_SIZE {
         return Err(StorageError::invalid(format!(

@@ -79,7 +79,8 @@ pub fn runs_for(pages: u32) -> u32 {
     }
 }
 
-/// Kinds that the extent map places (everything but the metapage).
+/// Slots for the kinds the extent map places, by code − 1 (everything but the metapage; the
+/// retired code 7 keeps its empty slot).
 const MAPPED_KINDS: usize = 9;
 
 fn kind_slot(kind: PageKind) -> usize {

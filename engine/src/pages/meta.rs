@@ -1,6 +1,7 @@
-//! The metapage, block 0 (RFC 0001 §2): everything needed to interpret the other pages, the
-//! allocator's list heads and counts, where the blobs are, and the blocks of the extent-map
-//! pages. Buffer-managed in PostgreSQL (changed under its exclusive lock, WAL-logged).
+//! The metapage, block 0 (RFC 0001 §2): everything needed to interpret the other pages, what
+//! the build decided (medoid, build vertices, build id), where the blobs are, and the blocks
+//! of the extent-map pages. Buffer-managed in PostgreSQL (changed under its exclusive lock,
+//! WAL-logged); after the build it changes only when the extent map needs another page.
 //!
 //! Payload (little-endian; offsets from the start of the payload):
 //!
@@ -19,19 +20,17 @@
 //! | 40 | 4 | vertices written by the build |
 //! | 44 | 4 | reserved, 0 |
 //! | 48 | 8 | build id (random; keys NAVIS-Cache frames and the runtime copies) |
-//! | 56 | 4 × 8 | allocator: next vertex id, edge pages allocated, free-vertex head, free vertices, free-page head, free pages, published, deleted |
-//! | 88 | 8 | LSN of the newest record that freed a vertex |
-//! | 96 | 8 | LSN of the newest record that freed an edge page |
-//! | 104 | 24 | PQ codebook blob ([`BlobRef`]) |
-//! | 128 | 24 | entrance-graph blob ([`BlobRef`]) |
-//! | 152 | 8 | promotions: bytes of complete records |
-//! | 160 | 4 | extent-map pages |
-//! | 164 | 4 × n | their blocks, in order |
+//! | 56 | 24 | PQ codebook blob ([`BlobRef`]) |
+//! | 80 | 24 | entrance-graph blob ([`BlobRef`]) |
+//! | 104 | 4 | extent-map pages |
+//! | 108 | 4 × n | their blocks, in order |
 //!
-//! Why the allocator lives here: popping a free list and counting the change must be one
-//! WAL-logged page change, so a crash can never hand out an id twice or lose one, and the
-//! free LSNs let an allocation wait until the record that freed its slot is durable (RFC 0001
-//! §5) without a second lookup.
+//! No allocator state (RFC 0001 §10, "the allocator is derived, not logged"): the free-vertex
+//! and free-page lists, live counts, high-water marks and the promotion log's length all
+//! follow from the indirection entries, the extent map and the promotions pages, and are
+//! derived when an index is opened ([`crate::relation::RelationImage`]). Keeping them here
+//! would put this one page under an exclusive lock and into a WAL record on every insert of
+//! every backend. Layout version 1 had them (offsets 56..104 and 152); its indexes are refused.
 
 use super::{PageError, PAYLOAD_OFFSET, PAYLOAD_SIZE};
 use crate::distance::Metric;
@@ -39,9 +38,9 @@ use crate::storage::BuildParams;
 
 /// Version of the metapage and of the relation layout it describes. Bump it when any page
 /// format changes; an index of another version is refused with a REINDEX hint.
-pub const LAYOUT_VERSION: u32 = 1;
+pub const LAYOUT_VERSION: u32 = 2;
 /// Offset of the extent-map page list.
-const EXTENT_PAGES_AT: usize = 160;
+const EXTENT_PAGES_AT: usize = 104;
 /// Extent-map pages the metapage can list (each maps 1018 runs of up to 1 MiB).
 pub const MAX_EXTENT_MAP_PAGES: usize = (PAYLOAD_SIZE - EXTENT_PAGES_AT - 4) / 4;
 
@@ -58,21 +57,6 @@ pub struct BlobRef {
     pub crc: u32,
 }
 
-/// The allocator's shared state (today's `state.dat` header).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct AllocatorState {
-    pub next_vertex: u32,
-    pub edge_pages: u32,
-    pub free_vertex_head: u32,
-    pub free_vertices: u32,
-    pub free_page_head: u32,
-    pub free_pages: u32,
-    pub published: u32,
-    pub deleted: u32,
-    pub vertex_free_lsn: u64,
-    pub page_free_lsn: u64,
-}
-
 /// The decoded metapage.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Meta {
@@ -84,10 +68,8 @@ pub struct Meta {
     pub medoid: u32,
     pub build_vertices: u32,
     pub build_id: u64,
-    pub alloc: AllocatorState,
     pub codebook: BlobRef,
     pub entrance: BlobRef,
-    pub promotion_bytes: u64,
     pub extent_map_pages: Vec<u32>,
 }
 
@@ -142,36 +124,12 @@ impl Meta {
         put32(p, 36, self.medoid);
         put32(p, 40, self.build_vertices);
         put64(p, 48, self.build_id);
-        self.encode_alloc(page);
-        let p = &mut page[PAYLOAD_OFFSET..PAYLOAD_OFFSET + PAYLOAD_SIZE];
-        put_blob(p, 104, &self.codebook);
-        put_blob(p, 128, &self.entrance);
-        put64(p, 152, self.promotion_bytes);
+        put_blob(p, 56, &self.codebook);
+        put_blob(p, 80, &self.entrance);
         put32(p, EXTENT_PAGES_AT, self.extent_map_pages.len() as u32);
         for (i, &b) in self.extent_map_pages.iter().enumerate() {
             put32(p, EXTENT_PAGES_AT + 4 + 4 * i, b);
         }
-    }
-
-    /// Rewrites only the allocator fields: the change an allocation logs.
-    pub fn encode_alloc(&self, page: &mut [u8]) {
-        let p = &mut page[PAYLOAD_OFFSET..PAYLOAD_OFFSET + PAYLOAD_SIZE];
-        let a = &self.alloc;
-        let words = [
-            a.next_vertex,
-            a.edge_pages,
-            a.free_vertex_head,
-            a.free_vertices,
-            a.free_page_head,
-            a.free_pages,
-            a.published,
-            a.deleted,
-        ];
-        for (i, w) in words.iter().enumerate() {
-            put32(p, 56 + 4 * i, *w);
-        }
-        put64(p, 88, a.vertex_free_lsn);
-        put64(p, 96, a.page_free_lsn);
     }
 
     /// Decodes the payload of a verified metapage.
@@ -190,7 +148,6 @@ impl Meta {
         if n_extent > MAX_EXTENT_MAP_PAGES {
             return Err(bad(format!("{n_extent} extent-map pages")));
         }
-        let w = |i: usize| get32(p, 56 + 4 * i);
         Ok(Meta {
             metric,
             dim: get32(p, 8),
@@ -205,21 +162,8 @@ impl Meta {
             medoid: get32(p, 36),
             build_vertices: get32(p, 40),
             build_id: get64(p, 48),
-            alloc: AllocatorState {
-                next_vertex: w(0),
-                edge_pages: w(1),
-                free_vertex_head: w(2),
-                free_vertices: w(3),
-                free_page_head: w(4),
-                free_pages: w(5),
-                published: w(6),
-                deleted: w(7),
-                vertex_free_lsn: get64(p, 88),
-                page_free_lsn: get64(p, 96),
-            },
-            codebook: get_blob(p, 104),
-            entrance: get_blob(p, 128),
-            promotion_bytes: get64(p, 152),
+            codebook: get_blob(p, 56),
+            entrance: get_blob(p, 80),
             extent_map_pages: (0..n_extent)
                 .map(|i| get32(p, EXTENT_PAGES_AT + 4 + 4 * i))
                 .collect(),
@@ -247,18 +191,6 @@ mod tests {
             medoid: 4711,
             build_vertices: 60_000,
             build_id: 0xDEAD_BEEF_0123_4567,
-            alloc: AllocatorState {
-                next_vertex: 60_000,
-                edge_pages: 3000,
-                free_vertex_head: u32::MAX,
-                free_vertices: 0,
-                free_page_head: 17,
-                free_pages: 2,
-                published: 60_000,
-                deleted: 5,
-                vertex_free_lsn: 0x1_0000_0010,
-                page_free_lsn: 0x2_0000_0020,
-            },
             codebook: BlobRef {
                 first_page: 0,
                 pages: 40,
@@ -271,7 +203,6 @@ mod tests {
                 len: 240_000,
                 crc: 9,
             },
-            promotion_bytes: 1234,
             extent_map_pages: vec![1, 900, 77_000],
         }
     }
@@ -288,30 +219,13 @@ mod tests {
     }
 
     #[test]
-    fn allocator_update_touches_only_the_allocator() {
-        let mut meta = sample();
-        let mut page = vec![0u8; BLOCK_SIZE];
-        init(&mut page, PageKind::Meta, 0);
-        meta.encode(&mut page);
-        meta.alloc.next_vertex += 1;
-        meta.alloc.free_page_head = u32::MAX;
-        let before = page.clone();
-        meta.encode_alloc(&mut page);
-        let changed: Vec<usize> = (0..BLOCK_SIZE).filter(|&i| page[i] != before[i]).collect();
-        assert!(changed
-            .iter()
-            .all(|&i| (PAYLOAD_OFFSET + 56..PAYLOAD_OFFSET + 104).contains(&i)));
-        assert_eq!(Meta::decode(&page).unwrap(), meta);
-    }
-
-    #[test]
     fn other_layout_versions_and_metrics_are_refused() {
         let mut page = vec![0u8; BLOCK_SIZE];
         init(&mut page, PageKind::Meta, 0);
         sample().encode(&mut page);
-        page[PAYLOAD_OFFSET] = 2;
+        page[PAYLOAD_OFFSET] = 1;
         let e = Meta::decode(&page).unwrap_err().to_string();
-        assert!(e.contains("layout version 2"), "{e}");
+        assert!(e.contains("layout version 1"), "{e}");
         sample().encode(&mut page);
         page[PAYLOAD_OFFSET + 4] = 9;
         assert!(Meta::decode(&page).is_err());

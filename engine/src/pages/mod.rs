@@ -24,7 +24,7 @@
 //! | 8188 | 4 | special: `aux`, per kind |
 //!
 //! `aux` is the page's ordinal among the pages of its kind (edge, vector, indirection, codes,
-//! page table, blob, extent map), so that a page the extent map resolved wrongly is caught even
+//! blob, promotions, extent map), so that a page the extent map resolved wrongly is caught even
 //! though its block number is right.
 //!
 //! Why `pd_lower = pd_upper = pd_special` rather than `PageInit`'s `pd_lower = 24`: PostgreSQL
@@ -45,7 +45,7 @@
 //! relation and writing a page legitimately leaves one.
 //!
 //! Kinds never share an extent of [`EXTENT_BLOCKS`] blocks; the dense arrays (vector stream,
-//! indirection, codes, page table) are numbered by page ordinal, which [`extent_page`] splits
+//! indirection, codes, promotions) are numbered by page ordinal, which [`extent_page`] splits
 //! into extent and page within it.
 
 pub mod blob;
@@ -54,7 +54,7 @@ pub mod edge;
 pub mod extent;
 pub mod indirection;
 pub mod meta;
-pub mod page_table;
+pub mod promotions;
 pub mod vector;
 
 use crate::storage::checksum::Crc32;
@@ -103,7 +103,8 @@ const OFF_AUX: usize = SPECIAL_OFFSET + 12;
 const MAXIMUM_ALIGNOF: usize = 8;
 
 /// What a page holds. Stored in the special space; values are part of the format.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// Ordered by code (variants are declared in code order), so page references sort by kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[repr(u8)]
 pub enum PageKind {
     Meta = 1,
@@ -112,20 +113,21 @@ pub enum PageKind {
     Promotions = 4,
     Indirection = 5,
     Codes = 6,
-    PageTable = 7,
+    // 7 was the page table (per edge page: live lists, free link) of layout version 1. It is
+    // gone because the allocator is derived from the indirection entries (RFC 0001 §10), and
+    // the code stays unused so that no other kind is ever mistaken for one of those pages.
     Edge = 8,
     Vector = 9,
 }
 
 impl PageKind {
-    pub const ALL: [PageKind; 9] = [
+    pub const ALL: [PageKind; 8] = [
         PageKind::Meta,
         PageKind::ExtentMap,
         PageKind::Blob,
         PageKind::Promotions,
         PageKind::Indirection,
         PageKind::Codes,
-        PageKind::PageTable,
         PageKind::Edge,
         PageKind::Vector,
     ];
@@ -143,7 +145,6 @@ impl PageKind {
             PageKind::Promotions => "promotions",
             PageKind::Indirection => "indirection",
             PageKind::Codes => "codes",
-            PageKind::PageTable => "page table",
             PageKind::Edge => "edge",
             PageKind::Vector => "vector",
         }
@@ -484,8 +485,8 @@ pub fn extent_page(ordinal: u32) -> (u32, u32) {
     (ordinal / EXTENT_BLOCKS, ordinal % EXTENT_BLOCKS)
 }
 
-/// Geometry of a page kind that is a dense array of fixed-size entries (indirection, codes,
-/// page table): entry `i` is on page ordinal `i / per_page` at payload offset
+/// Geometry of a page kind that is a dense array of fixed-size entries (indirection, codes):
+/// entry `i` is on page ordinal `i / per_page` at payload offset
 /// `(i % per_page) * entry_size`. Entries never straddle pages, so each page can be read,
 /// logged and loaded on its own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -218,11 +218,11 @@ fn errors_are_distinct_and_clear() {
 #[test]
 fn ordinal_check() {
     let mut page = vec![0u8; BLOCK_SIZE];
-    init(&mut page, PageKind::PageTable, 300);
+    init(&mut page, PageKind::Codes, 300);
     set_aux(&mut page, 12);
     seal(&mut page);
-    verify_ordinal(&page, PageKind::PageTable, 300, 12).unwrap();
-    let err = verify_ordinal(&page, PageKind::PageTable, 300, 13).unwrap_err();
+    verify_ordinal(&page, PageKind::Codes, 300, 12).unwrap();
+    let err = verify_ordinal(&page, PageKind::Codes, 300, 13).unwrap_err();
     assert_eq!(
         err,
         PageError::WrongOrdinal {

@@ -1,35 +1,43 @@
-//! The decoded image of a relation: every page verified, everything the writer put there read
-//! back and cross-checked. `open` will build its runtime copies on this; the writer's tests
-//! use it as their oracle.
+//! The decoded image of a relation: every page verified, everything the writer and the
+//! page-apply functions put there read back and cross-checked, and the allocator derived.
+//! `open` builds its runtime copies on this; the writer's and `StoreLog`'s tests use it as
+//! their oracle.
 //!
 //! Checks, in order: the metapage; the extent-map pages it lists and the map itself
 //! (`ExtentMap::check`); that every block is the metapage, an extent-map page or in exactly
 //! one run (blocks in none must be new pages); then every page of every run, by kind, with
-//! its block and (on the dense arrays) its ordinal and CRC. Across kinds: each live slot of an
-//! edge page belongs to the vertex whose entry points at it and each published vertex's list
-//! was found; each published vertex's vector slot carries its id and heap TID; the page
-//! table's live counts equal the edge pages'; the allocator's counts and free lists agree with
-//! the entries and the page table; both blobs reassemble to their CRCs.
+//! its block and (on the dense arrays) its ordinal and CRC. Across kinds: each current edge
+//! list (the slot a published vertex's entry names) holds that vertex's list, and is found;
+//! each published vertex's vector slot carries its id and heap TID and its code is on a
+//! written page; both blobs reassemble to their CRCs; the promotion records are walked to
+//! the last complete one.
 //!
-//! Strict on purpose: every page of a run must be a valid page, because the writer formats
-//! the unused tail of each run. A relation that later grew (a crash between extending and
-//! writing leaves new pages) needs `open` to relax that for pages past the allocator's
-//! counts.
+//! The allocator is derived, not read (RFC 0001 §10, [`Allocator`]): a vertex is published
+//! iff its entry has `LIVE`; `len()` is one more than the highest published id; every edge
+//! page of the extent map's runs exists and holds as many current lists as entries point at
+//! it; ids below `len()` that are not published and pages without current lists are free.
+//!
+//! What a crash can leave, and so what is accepted (RFC 0001 §5): runs are reserved by
+//! `EXTEND` as zero blocks and formatted when first written, and allocation is concurrent,
+//! so an edge page, a vector page, an indirection page, a code page or a promotions page may
+//! be *new* (all zeros) anywhere in its kind's runs, not only after the last used one
+//! (page 10 handed to a writer that died, page 11 written by another). A new page reads as
+//! empty; it is corruption only when published data must be on it. Slots that no entry names
+//! (a list that moved away, a freed vertex's list) are stale, not errors: out-of-place writes
+//! never clear them. An entry that is not published must have a zero edge word; its TID word
+//! may hold a TID (a `VECTOR` whose `EDGE_PAGE` never came).
 
-use crate::pages::codes::CodePages;
+use super::apply::Geometry;
 use crate::pages::edge::EdgeLayout;
 use crate::pages::extent::{run_len, ExtentMap};
 use crate::pages::meta::Meta;
-use crate::pages::page_table::{self, PageTableEntry};
-use crate::pages::vector::VectorPages;
-use crate::pages::{self, blob, indirection, PageError, PageKind, BLOCK_SIZE, EXTENT_BLOCKS};
-use crate::storage::{HeapTid, IndirEntry, StorageError};
+use crate::pages::{self, blob, indirection, promotions, PageError, PageKind};
+use crate::pages::{BLOCK_SIZE, EXTENT_BLOCKS, PAYLOAD_OFFSET, PAYLOAD_SIZE};
+use crate::storage::indirection::decode_edge_word;
+use crate::storage::{HeapTid, IndirEntry, StorageError, FLAG_LIVE};
 use crate::store::PageStore;
 use crate::VertexId;
 use std::path::{Path, PathBuf};
-
-/// "No page" / "no vertex" in free-list heads and links.
-const NONE: u32 = u32::MAX;
 
 /// Everything a relation holds, decoded.
 #[derive(Clone, Debug)]
@@ -37,21 +45,83 @@ pub struct RelationImage {
     pub nblocks: u32,
     pub meta: Meta,
     pub extent_map: ExtentMap,
-    /// The entry of every vertex id below `meta.alloc.next_vertex`; `None` for a free id.
+    /// The entry of every vertex id below `len()` (one more than the highest published id);
+    /// `None` for a free id.
     pub entries: Vec<Option<IndirEntry>>,
-    /// The edge list of every published vertex (empty for free ids).
+    /// The current edge list of every published vertex (empty for free ids).
     pub adjacency: Vec<Vec<VertexId>>,
-    /// Row-major vectors of every id below `next_vertex` (zeros for free ids).
+    /// Row-major vectors of every id below `len()` (zeros for free ids).
     pub vectors: Vec<f32>,
-    /// `pq_bytes` per id below `next_vertex`.
+    /// `pq_bytes` per id below `len()` (zeros on new pages).
     pub codes: Vec<u8>,
-    /// Per edge page ordinal below `meta.alloc.edge_pages`.
-    pub page_table: Vec<PageTableEntry>,
+    /// The allocator, derived from the entries and the extent map.
+    pub allocator: Allocator,
     pub codebook: Vec<u8>,
     pub entrance: Vec<u8>,
+    /// The promotion records (`pages::promotions`), up to the last complete one.
+    pub promotions: Vec<u8>,
     /// Blocks that are neither the metapage, an extent-map page nor in a run (all new pages;
     /// a freshly written relation has none).
     pub unmapped_blocks: u32,
+}
+
+/// The allocator's state as the runtime copy starts it (RFC 0001 §10): derived from which
+/// vertices are published and where their lists are, never stored. Free lists are ascending,
+/// so a runtime that pushes them highest first hands out low ids and pages first, as
+/// `update::recover` does.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Allocator {
+    /// Ids the indirection pages' runs hold: ids below it need no growth.
+    pub vertex_capacity: u64,
+    /// Edge pages in the extent map's runs; each is either holding current lists or free.
+    pub edge_pages: u32,
+    /// Current lists (entries pointing at it) per edge page ordinal below `edge_pages`.
+    pub live: Vec<u32>,
+    /// Ids below `len()` that are not published.
+    pub free_vertices: Vec<VertexId>,
+    /// Edge pages without current lists.
+    pub free_pages: Vec<u32>,
+    pub published: u32,
+    pub deleted: u32,
+}
+
+impl Allocator {
+    /// Derives the allocator from `entries` (every id below the last published one), the
+    /// indirection capacity and the edge pages' capacity; fails (with a detail) when an entry
+    /// names an edge page beyond the runs or a slot beyond a page.
+    fn derive(
+        entries: &[Option<IndirEntry>],
+        vertex_capacity: u64,
+        edge_pages: u32,
+        slots_per_page: usize,
+    ) -> Result<Allocator, String> {
+        let mut a = Allocator {
+            vertex_capacity,
+            edge_pages,
+            live: vec![0; edge_pages as usize],
+            ..Allocator::default()
+        };
+        for (v, e) in entries.iter().enumerate() {
+            let Some(e) = e else {
+                a.free_vertices.push(v as VertexId);
+                continue;
+            };
+            if e.edge.page >= edge_pages || e.edge.slot as usize >= slots_per_page {
+                return Err(format!(
+                    "vertex {v}'s list is at edge page {} slot {}, beyond the {edge_pages} \
+                     edge pages of {slots_per_page} slots",
+                    e.edge.page, e.edge.slot
+                ));
+            }
+            a.live[e.edge.page as usize] += 1;
+            a.published += 1;
+            a.deleted += e.is_deleted() as u32;
+        }
+        a.free_pages = (0..edge_pages)
+            .filter(|&p| a.live[p as usize] == 0)
+            .collect();
+        Ok(a)
+    }
 }
 
 impl RelationImage {
@@ -65,37 +135,39 @@ impl RelationImage {
     pub fn read_named(store: &dyn PageStore, name: &Path) -> Result<RelationImage, StorageError> {
         let (mut r, mut image, geometry) = Reader::open(store, name)?;
         image.unmapped_blocks = r.check_coverage(&image.meta, &image.extent_map)?;
-        let free_links = r.indirection(&mut image)?;
-        let live = r.edges(&mut image, &geometry.edges)?;
-        r.vectors(&mut image, &geometry.vectors)?;
-        r.codes(&mut image, &geometry.codes)?;
-        r.page_table(&mut image, &live)?;
-        r.allocator(&image, &free_links)?;
+        r.indirection(&mut image, &geometry.edges)?;
+        r.edges(&mut image, &geometry.edges)?;
+        r.vectors(&mut image, &geometry)?;
+        r.codes(&mut image, &geometry)?;
         r.blobs(&mut image)?;
+        r.promotions(&mut image)?;
         r.other_kinds(&image.extent_map)?;
         Ok(image)
     }
 
     /// What opening an index needs, read and verified without the bulk pages: the metapage,
-    /// the extent map, every indirection entry, every PQ code and both blobs. `adjacency`,
-    /// `vectors` and `page_table` stay empty: searches read edge pages and vectors from disk
-    /// as they go.
+    /// the extent map, every indirection entry (and the allocator derived from them), every
+    /// PQ code, both blobs and the promotions. `adjacency` and `vectors` stay empty: searches
+    /// read edge pages and vectors from disk as they go.
     pub fn read_hot(store: &dyn PageStore, name: &Path) -> Result<RelationImage, StorageError> {
         let (mut r, mut image, geometry) = Reader::open(store, name)?;
-        r.indirection(&mut image)?;
-        r.codes(&mut image, &geometry.codes)?;
+        r.indirection(&mut image, &geometry.edges)?;
+        r.codes(&mut image, &geometry)?;
         r.blobs(&mut image)?;
+        r.promotions(&mut image)?;
         Ok(image)
     }
 
-    /// The metapage and the extent map alone, verified: what a reader of an open index
-    /// re-reads when the relation grew under it.
-    pub fn read_map(store: &dyn PageStore, name: &Path) -> Result<(Meta, ExtentMap), StorageError> {
+    /// The metapage and the extent map only: what a writer of changes starts from.
+    pub fn read_layout(
+        store: &dyn PageStore,
+        name: &Path,
+    ) -> Result<(Meta, ExtentMap), StorageError> {
         let (_, image, _) = Reader::open(store, name)?;
         Ok((image.meta, image.extent_map))
     }
 
-    /// Ids below `next_vertex` (published or free).
+    /// Ids below one more than the highest published id (published or free).
     pub fn len(&self) -> usize {
         self.entries.len()
     }
@@ -120,23 +192,6 @@ impl RelationImage {
             .copied()
             .flatten()
             .map(|e| e.tid)
-    }
-}
-
-struct Geometry {
-    edges: EdgeLayout,
-    vectors: VectorPages,
-    codes: CodePages,
-}
-
-impl Geometry {
-    fn of(r: &Reader, meta: &Meta) -> Result<Geometry, StorageError> {
-        let bad = |e: StorageError| r.corrupt(format!("metapage (block 0): {e}"));
-        Ok(Geometry {
-            edges: EdgeLayout::new(meta.max_degree as usize).map_err(bad)?,
-            vectors: VectorPages::new(meta.dim as usize).map_err(bad)?,
-            codes: CodePages::new(meta.pq_bytes as usize).map_err(bad)?,
-        })
     }
 }
 
@@ -167,7 +222,8 @@ impl<'s> Reader<'s> {
         pages::verify(&r.page, PageKind::Meta, 0).map_err(|e| r.page_error(e))?;
         let meta = Meta::decode(&r.page).map_err(|e| r.page_error(e))?;
         let map = r.extent_map(&meta)?;
-        let geometry = Geometry::of(&r, &meta)?;
+        let geometry =
+            Geometry::of(&meta).map_err(|e| r.corrupt(format!("metapage (block 0): {e}")))?;
         let image = RelationImage {
             nblocks: r.nblocks,
             meta,
@@ -176,9 +232,10 @@ impl<'s> Reader<'s> {
             adjacency: Vec::new(),
             vectors: Vec::new(),
             codes: Vec::new(),
-            page_table: Vec::new(),
+            allocator: Allocator::default(),
             codebook: Vec::new(),
             entrance: Vec::new(),
+            promotions: Vec::new(),
             unmapped_blocks: 0,
         };
         Ok((r, image, geometry))
@@ -204,6 +261,21 @@ impl<'s> Reader<'s> {
         kind: PageKind,
         ordinal: u32,
     ) -> Result<u32, StorageError> {
+        let block = self.read_maybe_new(map, kind, ordinal)?;
+        if pages::is_new(&self.page) {
+            return Err(self.page_error(PageError::New { block }));
+        }
+        Ok(block)
+    }
+
+    /// [`Reader::read_ordinal`] accepting a new page (check with `pages::is_new`): the kinds
+    /// that grow after the build.
+    fn read_maybe_new(
+        &mut self,
+        map: &ExtentMap,
+        kind: PageKind,
+        ordinal: u32,
+    ) -> Result<u32, StorageError> {
         let block = map.block(kind, ordinal).ok_or_else(|| {
             self.corrupt(format!(
                 "{} page {ordinal} is beyond the extent map's runs",
@@ -211,7 +283,10 @@ impl<'s> Reader<'s> {
             ))
         })?;
         self.read(block)?;
-        pages::verify_ordinal(&self.page, kind, block, ordinal).map_err(|e| self.page_error(e))?;
+        if !pages::is_new(&self.page) {
+            pages::verify_ordinal(&self.page, kind, block, ordinal)
+                .map_err(|e| self.page_error(e))?;
+        }
         Ok(block)
     }
 
@@ -219,7 +294,7 @@ impl<'s> Reader<'s> {
         let capacity = map.capacity(kind);
         if u64::from(capacity) < pages {
             return Err(self.corrupt(format!(
-                "the metapage's counts need {pages} {} pages; the extent map has {capacity}",
+                "the published vertices need {pages} {} pages; the extent map has {capacity}",
                 kind.name()
             )));
         }
@@ -283,92 +358,99 @@ impl<'s> Reader<'s> {
         Ok(unmapped)
     }
 
-    /// Entries of ids below `next_vertex`; ids past it must be zero. Returns the free links.
-    fn indirection(&mut self, image: &mut RelationImage) -> Result<Vec<u32>, StorageError> {
-        let n = image.meta.alloc.next_vertex as usize;
+    /// Every entry of the indirection runs (a new page holds none); then the allocator.
+    fn indirection(
+        &mut self,
+        image: &mut RelationImage,
+        edges: &EdgeLayout,
+    ) -> Result<(), StorageError> {
         let map = &image.extent_map;
-        let layout = indirection::layout();
-        self.need(map, PageKind::Indirection, layout.pages_for(n as u64))?;
-        let per_page = layout.per_page();
-        image.entries = Vec::with_capacity(n);
-        let mut links = Vec::with_capacity(n);
-        for o in 0..map.capacity(PageKind::Indirection) {
-            let block = self.read_ordinal(map, PageKind::Indirection, o)?;
-            let first = o as usize * per_page;
-            for v in first..first + per_page {
-                let (edge_word, tid_word) = indirection::words(&self.page, v as VertexId);
-                if v < n {
-                    let entry = indirection::entry(&self.page, v as VertexId);
-                    // A free id's TID word is its free-list link.
-                    links.push(if entry.is_none() {
-                        tid_word as u32
-                    } else {
-                        NONE
-                    });
-                    image.entries.push(entry);
-                } else if (edge_word, tid_word) != (0, 0) {
+        let per_page = indirection::ENTRIES_PER_PAGE;
+        let capacity = map.capacity(PageKind::Indirection);
+        let mut entries = Vec::new();
+        let mut end = 0; // one past the highest published id
+        for o in 0..capacity {
+            let block = self.read_maybe_new(map, PageKind::Indirection, o)?;
+            if pages::is_new(&self.page) {
+                entries.resize(entries.len() + per_page, None);
+                continue;
+            }
+            for v in (o as usize * per_page..(o as usize + 1) * per_page).map(|v| v as VertexId) {
+                let (edge_word, _) = indirection::words(&self.page, v);
+                let (_, flags) = decode_edge_word(edge_word);
+                if flags & FLAG_LIVE == 0 && edge_word != 0 {
                     return Err(self.corrupt(format!(
-                        "indirection page {o} (block {block}): vertex {v} is past the \
-                         allocator's {n} ids but its entry is not zero"
+                        "indirection page {o} (block {block}): vertex {v} is not published but \
+                         its edge word is {edge_word:#x}"
                     )));
                 }
+                let entry = indirection::entry(&self.page, v);
+                if entry.is_some() {
+                    end = v as usize + 1;
+                }
+                entries.push(entry);
             }
         }
-        Ok(links)
+        entries.truncate(end);
+        let vertex_capacity = u64::from(capacity) * per_page as u64;
+        let edge_pages = map.capacity(PageKind::Edge);
+        image.allocator = Allocator::derive(
+            &entries,
+            vertex_capacity,
+            edge_pages,
+            edges.slots_per_page(),
+        )
+        .map_err(|e| self.corrupt(e))?;
+        image.entries = entries;
+        let m = &image.meta;
+        let medoid_ok = if m.build_vertices == 0 {
+            m.medoid == 0
+        } else {
+            m.medoid < m.build_vertices
+        };
+        if u64::from(m.build_vertices) > vertex_capacity || !medoid_ok {
+            return Err(self.corrupt(format!(
+                "metapage (block 0): medoid {} and {} build vertices do not fit {} ids",
+                m.medoid, m.build_vertices, vertex_capacity
+            )));
+        }
+        Ok(())
     }
 
-    /// Every live slot against its owner's entry; every published vertex's list found.
-    /// Returns the live count of each allocated edge page.
+    /// Every edge page verified (or new); every published vertex's current list found.
     fn edges(
         &mut self,
         image: &mut RelationImage,
         layout: &EdgeLayout,
-    ) -> Result<Vec<u32>, StorageError> {
+    ) -> Result<(), StorageError> {
         let map = &image.extent_map;
-        let edge_pages = image.meta.alloc.edge_pages;
-        self.need(map, PageKind::Edge, edge_pages.into())?;
         let n = image.entries.len();
+        let ids = image.allocator.vertex_capacity;
         image.adjacency = vec![Vec::new(); n];
         let mut found = vec![false; n];
-        let mut live = Vec::with_capacity(edge_pages as usize);
-        for p in 0..map.capacity(PageKind::Edge) {
-            let block = map.block(PageKind::Edge, p).expect("inside the capacity");
-            self.read(block)?;
+        for p in 0..image.allocator.edge_pages {
+            let block = self.read_maybe_new(map, PageKind::Edge, p)?;
+            if pages::is_new(&self.page) {
+                continue; // a published list here is reported below as not found
+            }
             layout
                 .verify(&self.page, block, p)
                 .map_err(|e| self.page_error(e))?;
-            let count = layout.live_count(&self.page) as u32;
-            if p >= edge_pages {
-                if count != 0 {
-                    return Err(self.corrupt(format!(
-                        "edge page {p} (block {block}) is past the allocator's {edge_pages} \
-                         pages but holds {count} lists"
-                    )));
-                }
-                continue;
-            }
-            live.push(count);
             for s in 0..layout.slots_per_page() {
                 let slot = layout.slot(&self.page, s);
-                if slot.is_free() {
-                    continue;
-                }
                 let owner = slot.owner();
-                let at = |e: &IndirEntry| e.edge.page == p && e.edge.slot as usize == s;
-                match image.entries.get(owner as usize).copied().flatten() {
-                    Some(e) if at(&e) => {}
-                    other => {
-                        return Err(self.corrupt(format!(
-                            "edge page {p} (block {block}) slot {s} holds a list of vertex \
-                             {owner}, whose entry is {other:?}"
-                        )))
-                    }
+                let current = |e: &IndirEntry| e.edge.page == p && e.edge.slot as usize == s;
+                let Some(Some(e)) = image.entries.get(owner as usize) else {
+                    continue; // free, or a freed vertex's stale list
+                };
+                if slot.is_free() || !current(e) {
+                    continue; // a list that moved away
                 }
                 let list = slot.to_vec();
-                if let Some(&bad) = list.iter().find(|&&w| w as usize >= n) {
+                if let Some(&bad) = list.iter().find(|&&w| u64::from(w) >= ids) {
                     return Err(self.corrupt(format!(
                         "edge page {p} (block {block}) slot {s}: vertex {owner} has neighbour \
-                         {bad}, past the {n} ids"
+                         {bad}, past the {ids} ids of the indirection pages"
                     )));
                 }
                 image.adjacency[owner as usize] = list;
@@ -381,44 +463,59 @@ impl<'s> Reader<'s> {
                 image.entries[v]
             )));
         }
-        Ok(live)
+        Ok(())
     }
 
     /// Each extent's pages at once (slots straddle pages); published slots must carry their
-    /// vertex and its entry's heap TID.
-    fn vectors(
-        &mut self,
-        image: &mut RelationImage,
-        vectors: &VectorPages,
-    ) -> Result<(), StorageError> {
+    /// vertex and its entry's heap TID, on written pages.
+    fn vectors(&mut self, image: &mut RelationImage, g: &Geometry) -> Result<(), StorageError> {
+        let vectors = &g.vectors;
         let map = &image.extent_map;
         let n = image.entries.len();
-        self.need(map, PageKind::Vector, vectors.pages_for(n as u64))?;
+        let published_end = image
+            .entries
+            .iter()
+            .rposition(Option::is_some)
+            .map_or(0, |v| v + 1);
+        self.need(
+            map,
+            PageKind::Vector,
+            vectors.pages_for(published_end as u64),
+        )?;
         let dim = image.meta.dim as usize;
         image.vectors = vec![0.0; n * dim];
         let capacity = map.capacity(PageKind::Vector);
         let spe = vectors.slots_per_extent() as usize;
         let mut extent = Vec::new();
+        let mut new = Vec::new();
         let mut slot = vec![0u8; vectors.slot_size()];
         for e in 0..capacity.div_ceil(EXTENT_BLOCKS) {
             let first = e * EXTENT_BLOCKS;
             let count = (capacity - first).min(EXTENT_BLOCKS);
             extent.resize(count as usize * BLOCK_SIZE, 0);
+            new.clear();
             for k in 0..count {
-                self.read_ordinal(map, PageKind::Vector, first + k)?;
+                self.read_maybe_new(map, PageKind::Vector, first + k)?;
                 let at = k as usize * BLOCK_SIZE;
                 extent[at..at + BLOCK_SIZE].copy_from_slice(&self.page);
+                new.push(pages::is_new(&self.page));
             }
             let slots = (e as usize * spe).min(n)..((e as usize + 1) * spe).min(n);
             for v in slots {
                 let Some(entry) = image.entries[v] else {
                     continue;
                 };
+                let (page, pages) = vectors.page_span(v as u32);
+                let block = map.block(PageKind::Vector, first + page).unwrap_or(0);
+                if (page..page + pages).any(|k| new[k as usize]) {
+                    return Err(self.corrupt(format!(
+                        "vector slot {v} (from block {block}) of published vertex {v} is on a \
+                         new page"
+                    )));
+                }
                 vectors.gather(v as u32, &extent, 0, &mut slot)?;
                 let parsed = vectors.layout().parse_slot(&slot)?;
                 if parsed.owner() != v as u32 || parsed.tid() != entry.tid {
-                    let (page, _) = vectors.page_span(v as u32);
-                    let block = map.block(PageKind::Vector, first + page).unwrap_or(0);
                     return Err(self.corrupt(format!(
                         "vector slot {v} (from block {block}) holds owner {} and TID {:?}; \
                          vertex {v}'s entry has TID {:?}",
@@ -433,97 +530,31 @@ impl<'s> Reader<'s> {
         Ok(())
     }
 
-    fn codes(&mut self, image: &mut RelationImage, codes: &CodePages) -> Result<(), StorageError> {
+    /// Codes of every id below `len()`; a published vertex's code must be on a written page.
+    fn codes(&mut self, image: &mut RelationImage, g: &Geometry) -> Result<(), StorageError> {
+        let codes = &g.codes;
         let map = &image.extent_map;
         let n = image.entries.len();
         self.need(map, PageKind::Codes, codes.pages_for(n as u64))?;
-        let total = n * codes.pq_bytes();
-        let per_page = codes.per_page() * codes.pq_bytes();
-        image.codes = Vec::with_capacity(total);
+        let per_page = codes.per_page();
+        image.codes = vec![0; n * codes.pq_bytes()];
         for o in 0..map.capacity(PageKind::Codes) {
-            self.read_ordinal(map, PageKind::Codes, o)?;
-            let take = (total - image.codes.len()).min(per_page);
-            image
-                .codes
-                .extend_from_slice(&codes.codes(&self.page)[..take]);
-        }
-        Ok(())
-    }
-
-    /// The page table's live counts must be the edge pages' own.
-    fn page_table(&mut self, image: &mut RelationImage, live: &[u32]) -> Result<(), StorageError> {
-        let map = &image.extent_map;
-        let layout = page_table::layout();
-        self.need(
-            map,
-            PageKind::PageTable,
-            layout.pages_for(live.len() as u64),
-        )?;
-        let per_page = layout.per_page();
-        image.page_table = Vec::with_capacity(live.len());
-        for o in 0..map.capacity(PageKind::PageTable) {
-            let block = self.read_ordinal(map, PageKind::PageTable, o)?;
-            let first = o as usize * per_page;
-            for (e, &count) in live.iter().enumerate().skip(first).take(per_page) {
-                let entry = page_table::get(&self.page, e as u32);
-                if entry.live != count {
+            // Every page is verified; only ids below len() are kept (the rest are free).
+            let ids = (o as usize * per_page).min(n)..((o as usize + 1) * per_page).min(n);
+            let block = self.read_maybe_new(map, PageKind::Codes, o)?;
+            if pages::is_new(&self.page) {
+                if let Some(v) = ids.clone().find(|&v| image.entries[v].is_some()) {
                     return Err(self.corrupt(format!(
-                        "page-table page {o} (block {block}): edge page {e} has {count} lists, \
-                         the entry says {}",
-                        entry.live
+                        "code page {o} (block {block}) is new but holds published vertex {v}'s code"
                     )));
                 }
-                image.page_table.push(entry);
+                continue;
             }
+            let bytes = ids.start * codes.pq_bytes()..ids.end * codes.pq_bytes();
+            let take = bytes.len();
+            image.codes[bytes].copy_from_slice(&codes.codes(&self.page)[..take]);
         }
         Ok(())
-    }
-
-    /// The allocator's counts and both free lists against the entries and the page table.
-    fn allocator(&self, image: &RelationImage, free_links: &[u32]) -> Result<(), StorageError> {
-        let a = &image.meta.alloc;
-        let bad = |detail: String| self.corrupt(format!("metapage (block 0): {detail}"));
-        let published = image.entries.iter().flatten().count() as u32;
-        let deleted = image
-            .entries
-            .iter()
-            .flatten()
-            .filter(|e| e.is_deleted())
-            .count() as u32;
-        if (published, deleted) != (a.published, a.deleted) {
-            return Err(bad(format!(
-                "{} published and {} deleted vertices, the entries hold {published} and {deleted}",
-                a.published, a.deleted
-            )));
-        }
-        let m = &image.meta;
-        let medoid_ok = if m.build_vertices == 0 {
-            m.medoid == 0
-        } else {
-            m.medoid < m.build_vertices
-        };
-        if m.build_vertices > a.next_vertex || !medoid_ok {
-            return Err(bad(format!(
-                "medoid {} and {} build vertices do not fit {} ids",
-                m.medoid, m.build_vertices, a.next_vertex
-            )));
-        }
-        let n = image.entries.len();
-        let vertices = walk(a.free_vertex_head, n, |v| {
-            (image.entries[v as usize].is_none()).then(|| free_links[v as usize])
-        });
-        let edge_pages = image.page_table.len();
-        let pages = walk(a.free_page_head, edge_pages, |p| {
-            let e = image.page_table[p as usize];
-            (e.live == 0).then_some(e.next_free)
-        });
-        match (vertices, pages) {
-            (Some(v), Some(p)) if (v, p) == (a.free_vertices, a.free_pages) => Ok(()),
-            (v, p) => Err(bad(format!(
-                "free lists of {} vertices from {} and {} pages from {} walk as {v:?} and {p:?}",
-                a.free_vertices, a.free_vertex_head, a.free_pages, a.free_page_head
-            ))),
-        }
     }
 
     /// Both blobs, reassembled against their references; every blob page verified.
@@ -552,29 +583,24 @@ impl<'s> Reader<'s> {
         Ok(())
     }
 
-    /// Kinds nothing above decodes yet (promotions; extent-map runs, which a writer never
-    /// makes): their pages must still verify.
+    /// The promotion stream, every page verified (or new), cut after its last complete record.
+    fn promotions(&mut self, image: &mut RelationImage) -> Result<(), StorageError> {
+        let map = &image.extent_map;
+        let mut stream = Vec::new();
+        for o in 0..map.capacity(PageKind::Promotions) {
+            self.read_maybe_new(map, PageKind::Promotions, o)?;
+            stream.extend_from_slice(&self.page[PAYLOAD_OFFSET..PAYLOAD_OFFSET + PAYLOAD_SIZE]);
+        }
+        stream.truncate(promotions::complete_records(&stream));
+        image.promotions = stream;
+        Ok(())
+    }
+
+    /// Extent-map runs, which no writer makes: their pages must still verify.
     fn other_kinds(&mut self, map: &ExtentMap) -> Result<(), StorageError> {
-        for kind in [PageKind::Promotions, PageKind::ExtentMap] {
-            for o in 0..map.capacity(kind) {
-                self.read_ordinal(map, kind, o)?;
-            }
+        for o in 0..map.capacity(PageKind::ExtentMap) {
+            self.read_ordinal(map, PageKind::ExtentMap, o)?;
         }
         Ok(())
     }
-}
-
-/// Walks a free list from `head` through `next` (None: the element may not be on a free
-/// list) over ids below `bound`. Returns its length, or None for a bad link or a cycle.
-fn walk(head: u32, bound: usize, next: impl Fn(u32) -> Option<u32>) -> Option<u32> {
-    let mut at = head;
-    let mut count = 0u32;
-    while at != NONE {
-        if at as usize >= bound || count as usize >= bound {
-            return None;
-        }
-        at = next(at)?;
-        count += 1;
-    }
-    Some(count)
 }

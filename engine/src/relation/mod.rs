@@ -15,7 +15,6 @@
 //! runs of vector pages         the vector stream, slot v = vertex v
 //! runs of indirection pages    entry v = vertex v, LIVE
 //! runs of code pages           code v
-//! runs of page-table pages     per edge page: live lists, free link
 //! runs of blob pages           the PQ codebook, then the entrance graph
 //! extent-map pages             one block each, listed on the metapage, not in the map
 //! ```
@@ -27,17 +26,28 @@
 //! the zero-vertex index is the metapage, the blob pages and one extent-map page.
 //!
 //! Edge pages are addressed by ordinal, never by block: the indirection entry's edge-page
-//! field, the page table and the allocator's `edge_pages` count ordinals, and the extent map
-//! turns one into a block. So compaction or growth can move runs without rewriting entries.
+//! field counts ordinals, and the extent map turns one into a block. So compaction or growth
+//! can move runs without rewriting entries.
+//!
+//! After the build, changes arrive as [`crate::update::IndexLog`] calls; [`apply`] holds what
+//! each one does to each page it touches (the redo vocabulary), and [`StoreLog`] applies them
+//! to a [`PageStore`], growing the relation by runs appended at its end (any kind, in any
+//! interleaving), listed by rewritten extent-map pages (and the metapage, when the map needs
+//! another page). Nothing records the allocator (free lists, live counts, high-water marks):
+//! [`RelationImage`] derives it from the indirection entries and the extent map
+//! ([`image::Allocator`]), RFC 0001 §10.
 
+pub mod apply;
 mod image;
 mod open;
 pub mod runtime;
+mod store_log;
 mod writer;
 
-pub use image::RelationImage;
+pub use image::{Allocator, RelationImage};
 pub use open::{RelationIndex, RelationReader};
 pub use runtime::open_index;
+pub use store_log::StoreLog;
 pub use writer::{RelationWriter, BATCH_BLOCKS};
 
 use crate::index::{build_in_memory, BuildPhase, BuildReport, Cancel, EdgePageFormat};
@@ -76,12 +86,14 @@ pub fn build_relation(
     let meta = RelationWriter::write(store, &built.input(), built.medoid, build_id)?;
     progress(BuildPhase::Writing, n, n);
     report.phases.push((BuildPhase::Writing, started.elapsed()));
-    report.edge_pages = meta.alloc.edge_pages;
+    report.edge_pages = built.input().placement.pages;
     let blocks = u64::from(store.nblocks()?);
     report.file_sizes = vec![("relation".to_string(), blocks * BLOCK_SIZE as u64)];
     report.peak_rss = peak_rss_bytes();
     Ok((report, meta))
 }
 
+#[cfg(test)]
+mod store_log_tests;
 #[cfg(test)]
 mod tests;

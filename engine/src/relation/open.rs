@@ -5,8 +5,8 @@
 //!
 //! This is the read path only. The hot state is a private in-memory copy here; the PostgreSQL
 //! layer will keep the same state in the shared runtime copies of RFC 0001 §3 so that writers
-//! and redo can change it under running searches. The entrance graph is the build's (no
-//! promotions yet).
+//! and redo can change it under running searches. The entrance graph is the build's with
+//! every promotion recorded on the promotions pages applied.
 
 use crate::counters::SearchCounters;
 use crate::distance::Metric;
@@ -50,20 +50,24 @@ impl RelationIndex {
         let meta = image.meta.clone();
         let pq = ProductQuantizer::from_bytes(&image.codebook)
             .map_err(|e| invalid(fork, "PQ codebook", e))?;
-        let entrance = EntranceGraph::from_bytes(&image.entrance)
+        let mut entrance = EntranceGraph::from_bytes(&image.entrance)
             .map_err(|e| invalid(fork, "entrance graph", e))?;
-        let n = meta.alloc.next_vertex;
         if meta.build_vertices > 0
             && (pq.dim() != meta.dim as usize
                 || entrance.dim() != meta.dim as usize
                 || entrance.metric() != meta.metric
-                || entrance.ids().iter().any(|&v| v >= n))
+                || entrance.ids().iter().any(|&v| v >= meta.build_vertices))
         {
             return Err(invalid(
                 fork,
                 "metapage",
                 "the codebook or entrance graph does not match it",
             ));
+        }
+        if meta.build_vertices > 0 {
+            // As a server start replays entrance.log: up to the first record that does not
+            // apply (the image already cut the stream after its last complete record).
+            crate::update::promote::apply_records(&image.promotions, &mut entrance);
         }
         Ok(RelationIndex {
             layout: EdgePageLayout::for_relation(meta.max_degree as usize)?,
@@ -91,7 +95,18 @@ impl RelationIndex {
 
     /// Published vertices.
     pub fn len(&self) -> usize {
-        self.meta.alloc.published as usize
+        self.image.allocator.published as usize
+    }
+
+    /// Edge pages holding at least one current list.
+    pub fn edge_pages(&self) -> u32 {
+        let a = &self.image.allocator;
+        a.edge_pages - a.free_pages.len() as u32
+    }
+
+    /// The decoded hot state, with the derived allocator (what a runtime copy starts from).
+    pub fn image(&self) -> &RelationImage {
+        &self.image
     }
 
     pub fn is_empty(&self) -> bool {

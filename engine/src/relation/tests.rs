@@ -52,12 +52,11 @@ fn run_blocks(image: &RelationImage, kind: PageKind) -> u32 {
 }
 
 /// The write order of the kinds, each one's runs physically consecutive.
-const ORDER: [PageKind; 6] = [
+const ORDER: [PageKind; 5] = [
     PageKind::Edge,
     PageKind::Vector,
     PageKind::Indirection,
     PageKind::Codes,
-    PageKind::PageTable,
     PageKind::Blob,
 ];
 
@@ -67,8 +66,20 @@ fn check(store: &dyn PageStore, b: &BuiltIndex, meta: &Meta) -> RelationImage {
     assert_eq!(&image.meta, meta);
     let n = b.tids.len();
     assert_eq!(image.len(), n);
-    assert_eq!(image.meta.alloc.next_vertex as usize, n);
-    assert_eq!(image.meta.alloc.edge_pages, b.placement.pages);
+    // The derived allocator: every built vertex published, no free id, every edge page of
+    // the placement used, the tail of the last edge run free.
+    let a = &image.allocator;
+    assert_eq!(a.published as usize, n);
+    assert_eq!(a.deleted, 0);
+    assert!(a.free_vertices.is_empty());
+    assert_eq!(a.edge_pages, image.extent_map.capacity(PageKind::Edge));
+    let used = b.placement.pages;
+    assert_eq!(a.free_pages, (used..a.edge_pages).collect::<Vec<_>>());
+    for p in 0..used {
+        let lists = b.placement.page_of.iter().filter(|&&q| q == p).count() as u32;
+        assert_eq!(a.live[p as usize], lists, "edge page {p}");
+    }
+    assert!(image.promotions.is_empty());
     for v in 0..n {
         let e = image.entries[v].expect("every built vertex is published");
         assert!(e.is_live() && !e.is_deleted());
@@ -135,8 +146,6 @@ fn real_build_round_trips_through_memory_and_a_file() {
     let image = check(&mem, &b, &meta);
     assert_eq!(meta.build_id, 0xB0B);
     assert_eq!(meta.medoid, b.medoid);
-    assert_eq!(image.meta.alloc.free_page_head, u32::MAX);
-    assert!(image.page_table.iter().all(|e| e.next_free == u32::MAX));
 
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("relation");
@@ -199,14 +208,14 @@ fn one_and_zero_vertex_indexes() {
     assert_eq!(image.adjacency[0], Vec::<u32>::new());
     assert_eq!(image.vector(0), &vectors[..]);
     assert_eq!(image.tid(0), Some(tids[0]));
-    for kind in &ORDER[..5] {
+    for kind in &ORDER[..4] {
         assert_eq!(run_blocks(&image, *kind), 1, "{}", kind.name());
     }
     let blob_pages = meta.codebook.pages + meta.entrance.pages;
     assert_eq!((meta.codebook.pages, meta.entrance.pages), (1, 1));
     assert_eq!(run_blocks(&image, PageKind::Blob), blob_pages);
-    assert_eq!(image.nblocks, 1 + 5 + blob_pages + 1);
-    assert_eq!(report.file_sizes, vec![("relation".to_string(), 9 * 8192)]);
+    assert_eq!(image.nblocks, 1 + 4 + blob_pages + 1);
+    assert_eq!(report.file_sizes, vec![("relation".to_string(), 8 * 8192)]);
     eprintln!(
         "1 row: {} blocks ({} KiB)",
         image.nblocks,
@@ -219,10 +228,10 @@ fn one_and_zero_vertex_indexes() {
     let (store, meta) = write_mem(&b);
     let image = check(&store, &b, &meta);
     assert!(image.is_empty());
-    for kind in &ORDER[..5] {
+    for kind in &ORDER[..4] {
         assert!(image.extent_map.runs(*kind).is_empty(), "{}", kind.name());
     }
-    assert_eq!(meta.alloc.edge_pages, 0);
+    assert_eq!(image.allocator, Allocator::default());
     assert_eq!(meta.medoid, 0);
     let blobs = run_blocks(&image, PageKind::Blob);
     assert_eq!(image.nblocks, 1 + blobs + 1);

@@ -5,8 +5,7 @@ use crate::pages::blob::{self, BlobCut};
 use crate::pages::codes::CodePages;
 use crate::pages::edge::EdgeLayout;
 use crate::pages::extent::{run_len, runs_for, ExtentMap};
-use crate::pages::meta::{AllocatorState, Meta, MAX_EXTENT_MAP_PAGES};
-use crate::pages::page_table::{self, PageTableEntry};
+use crate::pages::meta::{Meta, MAX_EXTENT_MAP_PAGES};
 use crate::pages::vector::VectorPages;
 use crate::pages::{self, indirection, PageKind, BLOCK_SIZE, EXTENT_BLOCKS};
 use crate::storage::writer::validate_with;
@@ -18,9 +17,6 @@ use crate::VertexId;
 /// PostgreSQL store logs such a batch as one `BULK_IMAGES` record (RFC 0001 §7, at most 32
 /// images), so batches of consecutive blocks are what a store should expect and prefer.
 pub const BATCH_BLOCKS: usize = 32;
-
-/// "No page" / "no vertex" in free-list heads and links.
-const NONE: u32 = u32::MAX;
 
 pub struct RelationWriter;
 
@@ -83,12 +79,10 @@ impl RelationWriter {
         }
 
         let mut out = Appender::new(store);
-        let live = live_per_page(input);
         write_edges(&mut out, input, &kinds.edges)?;
         write_vectors(&mut out, input, &kinds.vectors)?;
         write_indirection(&mut out, input)?;
         write_codes(&mut out, input, &kinds.codes)?;
-        let free_pages = write_page_table(&mut out, &live)?;
         let codebook = blob::cut(input.pq_codebook, 0)?;
         let entrance = blob::cut(input.entrance, codebook.blob().pages)?;
         write_blobs(&mut out, &[codebook, entrance])?;
@@ -104,21 +98,8 @@ impl RelationWriter {
             medoid,
             build_vertices: n,
             build_id,
-            alloc: AllocatorState {
-                next_vertex: n,
-                edge_pages: manifest.edge_pages,
-                free_vertex_head: NONE,
-                free_vertices: 0,
-                free_page_head: free_pages.head,
-                free_pages: free_pages.count,
-                published: n,
-                deleted: 0,
-                vertex_free_lsn: 0,
-                page_free_lsn: 0,
-            },
             codebook: codebook.blob(),
             entrance: entrance.blob(),
-            promotion_bytes: 0,
             extent_map_pages,
         };
         // Everything the metapage points at is durable before the metapage exists.
@@ -214,19 +195,9 @@ impl<'s> Appender<'s> {
     }
 }
 
-/// Live lists per edge page ordinal, from the placement (validated: every vertex has a
-/// distinct in-range cell).
-fn live_per_page(input: &BuildInput) -> Vec<u32> {
-    let mut live = vec![0u32; input.placement.pages as usize];
-    for &page in &input.placement.page_of {
-        live[page as usize] += 1;
-    }
-    live
-}
-
 /// Edge page ordinal p holds the lists the placement puts on page p, each in its slot and
-/// stamped with its owner. p is an ordinal among edge pages (what the indirection entries,
-/// the page table and `edge_pages` count), not a block: the extent map gives the block.
+/// stamped with its owner. p is an ordinal among edge pages (what the indirection entries
+/// name), not a block: the extent map gives the block.
 fn write_edges(
     out: &mut Appender,
     input: &BuildInput,
@@ -338,47 +309,6 @@ fn write_codes(
         pages::seal(page);
     }
     Ok(())
-}
-
-/// The free-page list the page table links.
-struct FreePages {
-    head: u32,
-    count: u32,
-}
-
-/// Entry p: the live lists of edge page p and its free link. A page without lists goes on
-/// the free list as `SharedState::create` puts it for the side files (pushed in ascending
-/// order, so the highest is the head); a build's placement fills the minimum number of
-/// pages and has none, so its list is empty. Entries past the edge pages stay zero.
-fn write_page_table(out: &mut Appender, live: &[u32]) -> Result<FreePages, StorageError> {
-    let mut links = vec![NONE; live.len()];
-    let mut free = FreePages {
-        head: NONE,
-        count: 0,
-    };
-    for (p, _) in live.iter().enumerate().filter(|(_, &l)| l == 0) {
-        links[p] = free.head;
-        free.head = p as u32;
-        free.count += 1;
-    }
-    let layout = page_table::layout();
-    let capacity = out.allocate(PageKind::PageTable, layout.pages_for(live.len() as u64))?;
-    let per_page = layout.per_page();
-    for o in 0..capacity {
-        let block = out.block(PageKind::PageTable, o);
-        let page = out.page(block)?;
-        page_table::init_page(page, block, o);
-        let first = o as usize * per_page;
-        for e in first..live.len().min(first + per_page) {
-            let entry = PageTableEntry {
-                live: live[e],
-                next_free: links[e],
-            };
-            page_table::set(page, e as u32, entry);
-        }
-        pages::seal(page);
-    }
-    Ok(free)
 }
 
 /// The blobs, in the order of `blobs` (their first ordinals already follow each other).

@@ -17,7 +17,12 @@
 //! What is *not* in a change: the allocator's free lists and live counts. Both follow from
 //! the indirection table (which vertex is published, which page holds its list), and are
 //! rebuilt from it whenever an index is opened in a new server lifetime
-//! ([`crate::update::recover`]); logging them too would only add WAL and ways to disagree.
+//! ([`crate::update::recover`] for side files, [`crate::relation::Allocator`] for a
+//! relation); logging them too would only add WAL and ways to disagree.
+//!
+//! Implementations: [`SideFileLog`] (side files) and [`crate::relation::StoreLog`] (a relation
+//! in a `PageStore`, through the page-apply functions of [`crate::relation::apply`], which
+//! PostgreSQL's redo will call too).
 
 use crate::storage::{EdgeLocation, HeapTid, IndexFiles, SideFileWriter, StorageError};
 use crate::VertexId;

@@ -38,6 +38,13 @@ pub fn apply_log(log: &Path, from: u64, to: u64, graph: &mut EntranceGraph) -> u
     if file.read_exact_at(&mut bytes, from).is_err() {
         return from;
     }
+    from + apply_records(&bytes, graph) as u64
+}
+
+/// Applies the promotion records in `bytes` (the format above; `entrance.log` or the
+/// relation's promotions pages) to `graph` in order, up to the first that is incomplete,
+/// fails its CRC or cannot be applied. Returns the bytes applied.
+pub fn apply_records(bytes: &[u8], graph: &mut EntranceGraph) -> usize {
     let mut at = 0usize;
     while at + 8 <= bytes.len() {
         let len = u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes")) as usize;
@@ -56,7 +63,7 @@ pub fn apply_log(log: &Path, from: u64, to: u64, graph: &mut EntranceGraph) -> u
         }
         at += 8 + len;
     }
-    from + at as u64
+    at
 }
 
 impl Index {

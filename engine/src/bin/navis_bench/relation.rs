@@ -133,7 +133,7 @@ pub fn cmd_search(a: &Args) -> Result<()> {
         index.len(),
         index.dim(),
         index.metric(),
-        index.meta().alloc.edge_pages,
+        index.edge_pages(),
         layout.page_size() / 1024,
         layout.slots_per_page(),
         bytes,
