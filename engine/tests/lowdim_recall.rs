@@ -12,12 +12,14 @@
 //! every candidate, [`CasrMode::Off`]). Both CASR modes are measured here.
 //!
 //! `cargo test -p navis-engine --release --test lowdim_recall -- --nocapture` prints the
-//! numbers; `report_low_dimension_recall` (ignored) measures other shapes (`PROBE_DIM`,
-//! `PROBE_N`, `PROBE_PQ`, `PROBE_SYM`).
+//! numbers. The ignored `report_low_dimension_recall` measures other shapes, set by
+//! environment variables that reach only it: `PROBE_DIM`, `PROBE_N`, `PROBE_PQ` (code
+//! bytes), `PROBE_SYM` (uniform in [-1, 1)), `PROBE_CLUSTERED` (clusters of
+//! `synthetic_clustered`), `PROBE_LIST` (search list), `PROBE_METRIC` (1 L2, 2 IP, 3 cosine).
 
 use std::collections::HashSet;
 
-use navis_engine::dataset::{brute_force_knn, recall_at_k};
+use navis_engine::dataset::{brute_force_knn, recall_at_k, synthetic_clustered};
 use navis_engine::index::{build_index, Index, IndexParams};
 use navis_engine::search::{CasrMode, SearchCursor, SearchParams};
 use navis_engine::storage::HeapTid;
@@ -33,7 +35,43 @@ fn env<T: std::str::FromStr>(name: &str) -> Option<T> {
     std::env::var(name).ok().and_then(|s| s.parse().ok())
 }
 
-/// `n` rows uniform in [0, 1)^dim (as `random()` fills a table), or [-1, 1)^dim.
+/// What [`measure`] builds and how it searches: the asserted tests use [`Shape::TARGET`];
+/// only the ignored report changes it.
+#[derive(Clone, Copy)]
+struct Shape {
+    dim: usize,
+    n: usize,
+    pq_bytes: Option<usize>,
+    /// Uniform in [-1, 1)^dim instead of [0, 1)^dim.
+    symmetric: bool,
+    /// The engine's synthetic clustered data with this many clusters instead of uniform.
+    clusters: Option<usize>,
+    list: usize,
+}
+
+impl Shape {
+    const TARGET: Shape = Shape {
+        dim: DIM,
+        n: N,
+        pq_bytes: None,
+        symmetric: false,
+        clusters: None,
+        list: 40,
+    };
+
+    /// `n` rows for `role` (0 base, 1 queries, 2 warm-up): uniform in [0, 1)^dim (as
+    /// `random()` fills a table) or [-1, 1)^dim, each role from its own seed; or rows of
+    /// the same clusters, each role from its own stretch of one stream.
+    fn rows(&self, n: usize, role: u64) -> Vec<f32> {
+        if let Some(clusters) = self.clusters {
+            let skip = role as usize * (self.n + 1000);
+            let all = synthetic_clustered(skip + n, self.dim, clusters, 1);
+            return all[skip * self.dim..].to_vec();
+        }
+        uniform(n, self.dim, role + 1, self.symmetric)
+    }
+}
+
 fn uniform(n: usize, dim: usize, seed: u64, symmetric: bool) -> Vec<f32> {
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
     (0..n * dim)
@@ -81,9 +119,12 @@ fn build(
     (dir, index)
 }
 
-/// What `src/scan.rs` passes at the default settings.
+/// What `src/scan.rs` passes at the default settings (search list 40).
 fn scan_params(index: &Index, casr: CasrMode) -> SearchParams {
-    let list = 40;
+    scan_params_with_list(index, casr, 40)
+}
+
+fn scan_params_with_list(index: &Index, casr: CasrMode, list: usize) -> SearchParams {
     SearchParams {
         k: 10.min(list),
         list: index.widened_list(list),
@@ -97,10 +138,10 @@ fn scan_params(index: &Index, casr: CasrMode) -> SearchParams {
 }
 
 /// The CASR window PostgreSQL would calibrate on the index's first 1000 scans.
-fn calibrated_window(index: &Index, dim: usize, symmetric: bool) -> usize {
-    let warm = uniform(1000, dim, 3, symmetric);
+fn calibrated_window(index: &Index, shape: &Shape) -> usize {
+    let warm = shape.rows(1000, 2);
     let mut reader = index.reader().unwrap();
-    let params = scan_params(index, CasrMode::Off);
+    let params = scan_params_with_list(index, CasrMode::Off, shape.list);
     index
         .warm_up(&mut reader, &warm, params, 2000)
         .unwrap()
@@ -171,17 +212,12 @@ fn recall(
 
 /// Recall at both CASR modes, fresh and after deleting every even row and consolidating;
 /// returns `[(mode, fresh r@10, r@20, after r@10, r@20)]` and prints them.
-fn measure(
-    metric: Metric,
-    dim: usize,
-    n: usize,
-    pq_bytes: Option<usize>,
-    symmetric: bool,
-) -> Vec<(String, f64, f64, f64, f64)> {
-    let base = uniform(n, dim, 1, symmetric);
-    let queries = uniform(NQ, dim, 2, symmetric);
-    let (_dir, index) = build(&base, dim, metric, pq_bytes);
-    let window = calibrated_window(&index, dim, symmetric);
+fn measure(metric: Metric, shape: Shape) -> Vec<(String, f64, f64, f64, f64)> {
+    let Shape { dim, n, list, .. } = shape;
+    let base = shape.rows(n, 0);
+    let queries = shape.rows(NQ, 1);
+    let (_dir, index) = build(&base, dim, metric, shape.pq_bytes);
+    let window = calibrated_window(&index, &shape);
     let modes = [
         ("casr off", CasrMode::Off),
         ("casr window", CasrMode::Window(window)),
@@ -195,7 +231,7 @@ fn measure(
                 &index,
                 &queries,
                 dim,
-                scan_params(&index, casr),
+                scan_params_with_list(&index, casr, list),
                 &fresh_truth,
             )
         })
@@ -211,11 +247,12 @@ fn measure(
     let odd_truth = truth(&base, dim, &queries, metric, &odd);
     let mut out = Vec::new();
     for (&(name, casr), f) in modes.iter().zip(fresh) {
-        let after = recall(&index, &queries, dim, scan_params(&index, casr), &odd_truth);
+        let params = scan_params_with_list(&index, casr, list);
+        let after = recall(&index, &queries, dim, params, &odd_truth);
         eprintln!(
-            "{metric:?} {n} x {dim}-d, pq_bytes {}, {name} (window {window}): recall@10 {:.4}, @20 {:.4}; \
-             after deleting half and consolidating: @10 {:.4}, @20 {:.4}",
-            pq_bytes.map_or("auto".into(), |b| b.to_string()),
+            "{metric:?} {n} x {dim}-d, pq_bytes {}, list {list}, {name} (window {window}): \
+             recall@10 {:.4}, @20 {:.4}; after deleting half and consolidating: @10 {:.4}, @20 {:.4}",
+            shape.pq_bytes.map_or("auto".into(), |b| b.to_string()),
             f.0, f.1, after.0, after.1
         );
         out.push((name.to_string(), f.0, f.1, after.0, after.1));
@@ -224,7 +261,7 @@ fn measure(
 }
 
 fn assert_targets(metric: Metric) {
-    for (mode, r10, r20, d10, d20) in measure(metric, DIM, N, None, false) {
+    for (mode, r10, r20, d10, d20) in measure(metric, Shape::TARGET) {
         assert!(
             r10 >= 0.99 && r20 >= 0.99,
             "{metric:?} {mode}: recall@10 {r10}, @20 {r20}"
@@ -297,7 +334,7 @@ fn exhaust(index: &Index, q: &[f32], params: SearchParams) -> Vec<VertexId> {
 fn check_copies(data: &[f32], point: &[f32], copies: &[usize], costs: &[f64]) {
     for metric in [Metric::L2, Metric::InnerProduct, Metric::Cosine] {
         let (_dir, index) = build(data, DIM, metric, None);
-        let window = calibrated_window(&index, DIM, false);
+        let window = calibrated_window(&index, &Shape::TARGET);
         let mut live: HashSet<VertexId> = copies.iter().map(|&r| r as VertexId).collect();
         for round in 0..2 {
             // The copy itself (distance 0 to every copy) and a query near it.
@@ -363,11 +400,19 @@ fn identical_vectors_among_random_3d_rows_all_come_back_from_unbounded_scans() {
 #[test]
 #[ignore]
 fn report_low_dimension_recall() {
-    let dim = env("PROBE_DIM").unwrap_or(DIM);
-    let n = env("PROBE_N").unwrap_or(N);
-    let pq_bytes = env("PROBE_PQ");
-    let symmetric = std::env::var("PROBE_SYM").is_ok();
+    let shape = Shape {
+        dim: env("PROBE_DIM").unwrap_or(DIM),
+        n: env("PROBE_N").unwrap_or(N),
+        pq_bytes: env("PROBE_PQ"),
+        symmetric: std::env::var("PROBE_SYM").is_ok(),
+        clusters: env("PROBE_CLUSTERED"),
+        list: env("PROBE_LIST").unwrap_or(40),
+    };
+    // PROBE_METRIC=1, 2 or 3: L2, inner product or cosine only.
+    let only: Option<u32> = env("PROBE_METRIC");
     for metric in [Metric::L2, Metric::InnerProduct, Metric::Cosine] {
-        measure(metric, dim, n, pq_bytes, symmetric);
+        if only.is_none_or(|m| Metric::from_code(m) == Some(metric)) {
+            measure(metric, shape);
+        }
     }
 }
