@@ -1078,20 +1078,20 @@ impl DiskReader<'_> {
             unreachable!("called for relation readers only");
         };
         let relation = self.index.files.relation().expect("a relation index");
-        let blocks: Vec<u32> = {
-            let map = relation.map();
-            pages
-                .iter()
-                .map(|&p| {
-                    map.block(crate::pages::PageKind::Edge, p).ok_or_else(|| {
+        let blocks: Vec<u32> = pages
+            .iter()
+            .map(|&p| {
+                relation
+                    .block(crate::pages::PageKind::Edge, p)
+                    .map_err(storage_to_io)?
+                    .ok_or_else(|| {
                         io::Error::new(
                             io::ErrorKind::InvalidData,
                             format!("edge page {p} is beyond the extent map"),
                         )
                     })
-                })
-                .collect::<io::Result<_>>()?
-        };
+            })
+            .collect::<io::Result<_>>()?;
         let per_block = crate::pages::BLOCK_SIZE / PAGE_SIZE;
         self.miss_buf
             .resize(blocks.len() * per_block, AlignedPage::zeroed());
@@ -1230,7 +1230,25 @@ impl IndexSource for DiskReader<'_> {
             ReaderIo::Side(io) => io.read_vectors(ids, &mut self.slot_buf)?,
             ReaderIo::Relation(io) => {
                 let relation = self.index.files.relation().expect("a relation index");
-                io.read_vector_slots(&relation.map(), &relation.vectors, ids, &mut self.slot_buf)?
+                let read = io.read_vector_slots(
+                    &relation.map(),
+                    &relation.vectors,
+                    ids,
+                    &mut self.slot_buf,
+                );
+                match read {
+                    Ok(bytes) => bytes,
+                    // A slot beyond this copy of the map: the relation grew since it was read.
+                    Err(_) => {
+                        relation.refresh().map_err(storage_to_io)?;
+                        io.read_vector_slots(
+                            &relation.map(),
+                            &relation.vectors,
+                            ids,
+                            &mut self.slot_buf,
+                        )?
+                    }
+                }
             }
         };
         self.parse_slots(ids.iter().copied(), vectors, tids)?;

@@ -22,7 +22,7 @@ use crate::pages::vector::VectorPages;
 use crate::pages::PageKind;
 use crate::storage::blob::{self, BlobKind};
 use crate::storage::{
-    names, IndexFiles, IndirectionTable, Manifest, RelationBulk, SharedState, StorageError,
+    names, Field, IndexFiles, IndirectionTable, Manifest, RelationBulk, SharedState, StorageError,
 };
 use crate::store::PageStore;
 use std::path::{Path, PathBuf};
@@ -143,7 +143,13 @@ fn write_runtime_files(
 
     // Every id below the high-water mark counts as handed out; recovery puts the unpublished
     // ones on the free list and counts the rest.
-    SharedState::create(&dir.join(names::STATE), manifest.vector_slots, &live)?;
+    let state = SharedState::create(&dir.join(names::STATE), manifest.vector_slots, &live)?;
+    // The promotions, as the runtime log every rebuild of the shared graph replays.
+    write_file(&dir.join(names::ENTRANCE_LOG), &image.promotions)?;
+    let promotion_bytes = u32::try_from(image.promotions.len()).map_err(|_| {
+        StorageError::corrupt(table.path(), "more than 4 GiB of entrance-graph promotions")
+    })?;
+    state.set(Field::EntranceLogBytes, promotion_bytes);
 
     write_file(
         &dir.join(names::PQ_CODEBOOK),
@@ -153,8 +159,9 @@ fn write_runtime_files(
         &dir.join(names::ENTRANCE),
         &blob::encode(BlobKind::EntranceGraph, &image.entrance),
     )?;
-    let graph = EntranceGraph::from_bytes(&image.entrance)
+    let mut graph = EntranceGraph::from_bytes(&image.entrance)
         .map_err(|e| StorageError::corrupt(&dir.join(names::ENTRANCE), e.to_string()))?;
+    crate::update::promote::apply_records(&image.promotions, &mut graph);
     SharedEntrance::create(&dir.join(names::ENTRANCE_SHM), &graph, 0)
         .map_err(|e| StorageError::corrupt(&dir.join(names::ENTRANCE_SHM), e.to_string()))
 }

@@ -55,8 +55,25 @@ impl RelationBulk {
         self.map.read().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Re-reads the extent map from the relation: another writer (a thread with its own
+    /// log, or another backend) grew it since this copy was read.
+    pub fn refresh(&self) -> Result<(), StorageError> {
+        let (_, map) = crate::relation::RelationImage::read_layout(&*self.store, &self.fork)?;
+        *self.map.write().unwrap_or_else(|e| e.into_inner()) = map;
+        Ok(())
+    }
+
+    /// The block of page `ordinal` of `kind`, re-reading the map once when it lies beyond.
+    pub fn block(&self, kind: PageKind, ordinal: u32) -> Result<Option<u32>, StorageError> {
+        if let Some(block) = self.map().block(kind, ordinal) {
+            return Ok(Some(block));
+        }
+        self.refresh()?;
+        Ok(self.map().block(kind, ordinal))
+    }
+
     fn block_of(&self, kind: PageKind, ordinal: u32) -> Result<u32, StorageError> {
-        self.map().block(kind, ordinal).ok_or_else(|| {
+        self.block(kind, ordinal)?.ok_or_else(|| {
             StorageError::corrupt(
                 &self.fork,
                 format!("{} page {ordinal} is beyond the extent map", kind.name()),

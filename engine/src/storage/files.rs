@@ -292,6 +292,38 @@ impl IndexFiles {
         &self.entrance
     }
 
+    /// A sealed edge page numbered `page_no` holding `lists` (owner, neighbours) in slots
+    /// `0..lists.len()`, every other slot free: a side-file page, or a relation page. A
+    /// relation page is stamped with the block the extent map gives the ordinal now (0 when
+    /// it lies beyond the runs): the log rebuilds the page it writes from the listed slots
+    /// at the block it places it in (`relation::apply::edge_page_image`).
+    pub fn format_edge_page(
+        &self,
+        page_no: u32,
+        lists: &[(crate::VertexId, &[crate::VertexId])],
+    ) -> Result<Vec<u8>, StorageError> {
+        let layout = self.edge_layout;
+        let mut page = vec![0u8; layout.page_size()];
+        match &self.bulk {
+            Bulk::Side { .. } => {
+                layout.init_page(&mut page, page_no);
+                for (slot, (owner, list)) in lists.iter().enumerate() {
+                    layout.put_slot(&mut page, slot, *owner, list)?;
+                }
+                layout.seal(&mut page);
+            }
+            Bulk::Relation(r) => {
+                let block = r.map().block(crate::pages::PageKind::Edge, page_no);
+                r.edges.init_page(&mut page, block.unwrap_or(0), page_no);
+                for (slot, (owner, list)) in lists.iter().enumerate() {
+                    r.edges.put_slot(&mut page, slot, *owner, list)?;
+                }
+                r.edges.seal(&mut page);
+            }
+        }
+        Ok(page)
+    }
+
     /// Reads and verifies one edge page (4 KiB in side files, 8 KiB in a relation) with a
     /// plain read. For tools, tests and cold paths; traversal reads in batches.
     pub fn read_edge_page(&self, page_no: u32, page: &mut [u8]) -> Result<(), StorageError> {

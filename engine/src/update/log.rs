@@ -101,17 +101,15 @@ impl<T: IndexLog + ?Sized> IndexLog for std::sync::Arc<T> {
 
 /// The side-file store (`<relfilenode>.navis/`): edge pages and vector slots are written
 /// with `pwrite`; the indirection table, PQ codes and `state.dat` are the memory-mapped
-/// runtime state itself, so the flags, TIDs and codes need nothing more here; promotions
-/// are appended to `entrance.log`.
+/// runtime state itself, so the flags, TIDs, codes and `entrance.log` need nothing more
+/// here.
 pub struct SideFileLog<'a> {
-    files: &'a IndexFiles,
     writer: SideFileWriter<'a>,
 }
 
 impl<'a> SideFileLog<'a> {
     pub fn new(files: &'a IndexFiles) -> Result<Self, StorageError> {
         Ok(SideFileLog {
-            files,
             writer: SideFileWriter::new(files)?,
         })
     }
@@ -137,15 +135,9 @@ impl IndexLog for SideFileLog<'_> {
         Ok(())
     }
 
-    fn promote(&self, offset: u64, record: &[u8]) -> Result<(), StorageError> {
-        use std::os::unix::fs::FileExt;
-        let path = self.files.dir().join(crate::storage::names::ENTRANCE_LOG);
-        std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .and_then(|f| f.write_all_at(record, offset))
-            .map_err(|e| StorageError::io(&path, "write", e))
+    fn promote(&self, _offset: u64, _record: &[u8]) -> Result<(), StorageError> {
+        // `entrance.log` in the side directory is the store and the runtime copy at once:
+        // `maybe_promote` writes it after this returns, as it does for every store.
+        Ok(())
     }
 }

@@ -104,6 +104,16 @@ impl Index {
             return Ok(false); // the log is full; the graph simply stops growing
         }
         log.promote(offset, &record)?;
+        // The runtime copy of the promotions, which every rebuild of the shared graph in this
+        // server lifetime replays (for a side directory it is the durable log too).
+        let path = self.dir().join(names::ENTRANCE_LOG);
+        std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .and_then(|f| f.write_all_at(&record, offset))
+            .map_err(|e| StorageError::io(&path, "write", e))?;
         // Applied before the log length counts the record: a failed apply leaves the record
         // uncounted, so a rebuild replays exactly what the shared graph holds.
         graph

@@ -8,7 +8,7 @@ use super::locks::WriteLocks;
 use super::log::{EdgePageChange, IndexLog, PlacedList};
 use crate::index::IndexError;
 use crate::storage::state::{Counter, Field};
-use crate::storage::{EdgeLocation, HeapTid, IndexFiles, IndirEntry, FLAG_LIVE, PAGE_SIZE};
+use crate::storage::{EdgeLocation, HeapTid, IndexFiles, IndirEntry, FLAG_LIVE};
 use crate::VertexId;
 use std::sync::atomic::Ordering;
 
@@ -41,12 +41,11 @@ pub fn write_lists(
         )));
     }
     let page_no = allocate_page(files, locks)?;
-    let mut page = vec![0u8; PAGE_SIZE];
-    layout.init_page(&mut page, page_no);
-    for (slot, change) in changes.iter().enumerate() {
-        layout.put_slot(&mut page, slot, change.vertex, &change.list)?;
-    }
-    layout.seal(&mut page);
+    let lists: Vec<(VertexId, &[VertexId])> = changes
+        .iter()
+        .map(|c| (c.vertex, c.list.as_slice()))
+        .collect();
+    let page = files.format_edge_page(page_no, &lists)?;
     let placed: Vec<PlacedList> = changes
         .iter()
         .enumerate()
