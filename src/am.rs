@@ -48,7 +48,7 @@ fn navis_handler(_fcinfo: pg_sys::FunctionCallInfo) -> PgBox<pg_sys::IndexAmRout
     am.aminsert = Some(crate::insert::aminsert);
     am.ambulkdelete = Some(crate::vacuum::ambulkdelete);
     am.amvacuumcleanup = Some(crate::vacuum::amvacuumcleanup);
-    am.amcostestimate = Some(crate::scan::amcostestimate);
+    am.amcostestimate = Some(crate::cost::amcostestimate);
     am.amoptions = Some(crate::options::amoptions);
     am.amvalidate = Some(amvalidate);
     am.ambeginscan = Some(crate::scan::ambeginscan);

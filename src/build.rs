@@ -224,9 +224,30 @@ pub unsafe extern "C-unwind" fn ambuild(
         budget,
         tuple_cxt: PgMemoryContexts::new("navis build tuple"),
     };
-    // SAFETY: heap and index are the open relations PostgreSQL passed to ambuild; the
+    // Heap tuples the scan considered, whether indexed or not (NULLs, zero vectors, rows a
+    // partial index's predicate leaves out): PostgreSQL sets the table's reltuples from it,
+    // so it must count the table, not the index.
+    // SAFETY: heap and index are the open relations PostgreSQL passed to ambuild, whose
+    // table AM provides index_build_range_scan (as table_index_build_scan calls it); the
     // callback only touches `scan`, which outlives the call.
-    unsafe { pg_sys::IndexBuildHeapScan(heap, index, index_info, Some(build_callback), &mut scan) };
+    let heap_tuples = unsafe {
+        let scan_range = (*(*heap).rd_tableam)
+            .index_build_range_scan
+            .expect("every table access method can scan for an index build");
+        scan_range(
+            heap,
+            index,
+            index_info,
+            true,
+            false,
+            true,
+            0,
+            pg_sys::InvalidBlockNumber,
+            Some(build_callback),
+            (&mut scan as *mut BuildScan).cast(),
+            std::ptr::null_mut(),
+        )
+    };
     if let Some(dim) = scan.dim {
         options.validate_for(dim);
     }
@@ -331,7 +352,7 @@ pub unsafe extern "C-unwind" fn ambuild(
     // SAFETY: alloc0 returns a zeroed IndexBuildResult in the current memory context, which
     // is what ambuild must hand back to PostgreSQL.
     let mut result = unsafe { PgBox::<pg_sys::IndexBuildResult>::alloc0() };
-    result.heap_tuples = (n as u64 + scan.skipped_nulls + scan.skipped_zero) as f64;
+    result.heap_tuples = heap_tuples;
     result.index_tuples = n as f64;
     result.into_pg()
 }

@@ -9,6 +9,7 @@ use pgrx::prelude::*;
 mod am;
 mod build;
 mod cache;
+mod cost;
 mod datum;
 mod errors;
 mod guc;

@@ -573,39 +573,3 @@ pub unsafe extern "C-unwind" fn amgettuple(
 pub unsafe extern "C-unwind" fn amendscan(scan: pg_sys::IndexScanDesc) {
     state_of(scan).running = None;
 }
-
-/// Cost model: the index serves only `ORDER BY <op> const`; its work is about one edge-page
-/// read per candidate in the search list, independent of the table size, so it wins over a
-/// sequential scan plus sort once the table is larger than a few hundred rows.
-#[pg_guard]
-#[allow(clippy::too_many_arguments)]
-pub unsafe extern "C-unwind" fn amcostestimate(
-    _root: *mut pg_sys::PlannerInfo,
-    path: *mut pg_sys::IndexPath,
-    _loop_count: f64,
-    startup: *mut pg_sys::Cost,
-    total: *mut pg_sys::Cost,
-    selectivity: *mut pg_sys::Selectivity,
-    correlation: *mut f64,
-    pages: *mut f64,
-) {
-    const DISABLE_COST: f64 = 1.0e10;
-    // SAFETY: the planner passes valid pointers for every output and a valid path.
-    unsafe {
-        *selectivity = 1.0;
-        *correlation = 0.0;
-        if (*path).indexorderbys.is_null() {
-            *startup = DISABLE_COST;
-            *total = DISABLE_COST;
-            *pages = 1.0;
-            return;
-        }
-        let list = guc::SEARCH_LIST.get().max(1) as f64;
-        let tuples = (*(*path).indexinfo).tuples.max(1.0);
-        let page_cost = pg_sys::random_page_cost;
-        let reads = list.min(tuples);
-        *startup = reads * page_cost + reads * 32.0 * pg_sys::cpu_operator_cost;
-        *total = *startup + tuples * pg_sys::cpu_index_tuple_cost;
-        *pages = reads;
-    }
-}
