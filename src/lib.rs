@@ -15,6 +15,7 @@ mod errors;
 mod guc;
 mod insert;
 mod options;
+mod pglog;
 mod pgstore;
 mod pgvector;
 mod relstore;
@@ -44,6 +45,9 @@ pub extern "C-unwind" fn _PG_init() {
 mod tests {
     // The PostgreSQL-facing tests live in pg_test/ next to the SQL regression suite.
     include!("../pg_test/pgrx_tests.rs");
+    // Changes written through the WAL into a relation (RFC 0001 stage 3c). pgrx runs every
+    // test as a function of this schema, so the file is included here, not in a module.
+    include!("../pg_test/pgrx_relation_log_tests.rs");
 }
 
 /// Required by `cargo pgrx test`; must be at the crate root.

@@ -1,6 +1,7 @@
 //! navis's WAL resource manager (RFC 0001 §4–§5): registration, the records the primary
 //! writes, and their redo. Record formats are documented in [`records`]; redo is in
-//! [`redo`]. This module is the only place that calls `XLogInsert` for navis.
+//! [`redo`]. Records are inserted here and by the page stores that log what they write
+//! (`relstore` for bulk pages, `pglog` for the changes of an open index).
 //!
 //! The resource manager exists only when navis is in `shared_preload_libraries`
 //! (`RegisterCustomRmgr` is allowed only then). Every server that replays navis WAL (crash
@@ -8,6 +9,7 @@
 //! "resource manager with ID 128 not registered" otherwise. The writes that need the rmgr
 //! (CREATE INDEX and everything after it) already refuse to run without the preload.
 
+pub mod change;
 pub mod records;
 mod redo;
 

@@ -55,6 +55,9 @@ pub const XLOG_NAVIS_EXTEND: u8 = 0x10;
 /// `xl_info` high nibble of a bulk-page record.
 pub const XLOG_NAVIS_BULK_IMAGES: u8 = 0x20;
 
+/// `xl_info` high nibble of a change record (`change.rs` documents it).
+pub use super::change::XLOG_NAVIS_CHANGE;
+
 /// The bits of `xl_info` that belong to the resource manager.
 pub const XLR_RMGR_INFO_MASK: u8 = 0xF0;
 
@@ -64,6 +67,7 @@ pub enum RecordType {
     Meta,
     Extend,
     BulkImages,
+    Change,
 }
 
 impl RecordType {
@@ -73,6 +77,7 @@ impl RecordType {
             XLOG_NAVIS_META => Some(RecordType::Meta),
             XLOG_NAVIS_EXTEND => Some(RecordType::Extend),
             XLOG_NAVIS_BULK_IMAGES => Some(RecordType::BulkImages),
+            XLOG_NAVIS_CHANGE => Some(RecordType::Change),
             _ => None,
         }
     }
@@ -84,6 +89,7 @@ impl RecordType {
             RecordType::Meta => c"META",
             RecordType::Extend => c"EXTEND",
             RecordType::BulkImages => c"BULK_IMAGES",
+            RecordType::Change => c"CHANGE",
         }
     }
 }
@@ -196,6 +202,10 @@ pub fn describe(info: u8, data: &[u8], blocks: Option<(u32, usize)>) -> String {
                 format!("{n} pages: blocks {first}..{}", first as u64 + n as u64 - 1)
             }
             None => "pages at non-consecutive blocks".to_string(),
+        },
+        Some(RecordType::Change) => match super::change::decode(data) {
+            Ok(c) => c.describe(),
+            Err(e) => format!("malformed CHANGE record: {e}"),
         },
         Some(RecordType::Meta) => match MetaImage::decode(data) {
             Some(m) => m.describe(),

@@ -33,6 +33,8 @@ pub(super) unsafe extern "C-unwind" fn navis_redo(record: *mut pg_sys::XLogReade
         Some(RecordType::BulkImages) => unsafe { redo_bulk_images(record) },
         // SAFETY: the record names the relation in its main data.
         Some(RecordType::Extend) => unsafe { redo_extend(record, data) },
+        // SAFETY: a CHANGE record's block references are the buffers its data names.
+        Some(RecordType::Change) => unsafe { redo_change(record, data) },
         None => pgrx::error!(
             "navis redo: unknown record type {:#04x}; this WAL was written by a newer navis",
             info & records::XLR_RMGR_INFO_MASK
@@ -103,5 +105,52 @@ unsafe fn redo_extend(record: *mut pg_sys::XLogReaderState, data: &[u8]) {
         let smgr = pg_sys::smgropen(node, pg_sys::InvalidBackendId);
         pg_sys::smgrcreate(smgr, pg_sys::ForkNumber::MAIN_FORKNUM, true);
         crate::relstore::zero_fill_to(smgr, e.first + e.count);
+    }
+}
+
+/// `CHANGE`: the engine's page functions on every block reference that needs redo
+/// (`change.rs` gives the format).
+unsafe fn redo_change(record: *mut pg_sys::XLogReaderState, data: &[u8]) {
+    let decoded = match super::change::decode(data) {
+        Ok(d) => d,
+        Err(e) => pgrx::error!("navis redo: {e}"),
+    };
+    // SAFETY: each block reference is read (or restored from its image) into a pinned,
+    // exclusively locked buffer by XLogReadBufferForRedo and released here; the page is
+    // BLCKSZ bytes.
+    unsafe {
+        let lsn = (*record).EndRecPtr;
+        for r in super::block_refs(record) {
+            let Some(&at) = decoded.refs.get(r.id as usize) else {
+                pgrx::error!(
+                    "navis redo: CHANGE block reference {} is not in its data",
+                    r.id
+                );
+            };
+            let mut buf: pg_sys::Buffer = pg_sys::InvalidBuffer as pg_sys::Buffer;
+            let action = pg_sys::XLogReadBufferForRedo(record, r.id, &mut buf);
+            if action == pg_sys::XLogRedoAction::BLK_NEEDS_REDO {
+                let page = pg_sys::BufferGetPage(buf);
+                let bytes =
+                    std::slice::from_raw_parts_mut(page as *mut u8, pg_sys::BLCKSZ as usize);
+                let applied = decoded.with_change(|change| {
+                    navis_engine::relation::apply::apply(
+                        &decoded.geometry,
+                        change,
+                        bytes,
+                        at,
+                        r.block,
+                    )
+                });
+                if let Err(e) = applied {
+                    pgrx::error!("navis redo: CHANGE on block {}: {e}", r.block);
+                }
+                super::page_set_lsn(page, lsn);
+                pg_sys::MarkBufferDirty(buf);
+            }
+            if buf != pg_sys::InvalidBuffer as pg_sys::Buffer {
+                pg_sys::UnlockReleaseBuffer(buf);
+            }
+        }
     }
 }

@@ -49,6 +49,7 @@ pub fn open_index(
         edges: EdgeLayout::new(meta.max_degree as usize)?,
         vectors: VectorPages::new(meta.dim as usize)?,
         map: RwLock::new(image.extent_map),
+        segments: Default::default(),
     };
     Index::from_files(IndexFiles::open_relation(runtime_dir, manifest, relation)?)
 }

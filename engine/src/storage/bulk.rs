@@ -19,11 +19,11 @@ use crate::pages::edge::EdgeLayout;
 use crate::pages::extent::ExtentMap;
 use crate::pages::vector::VectorPages;
 use crate::pages::{PageKind, BLOCK_SIZE};
-use crate::store::PageStore;
+use crate::store::{segment_of, PageStore};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock, RwLockReadGuard};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 
 /// The bulk pages of an open index.
 pub enum Bulk {
@@ -38,6 +38,11 @@ pub enum Bulk {
 }
 
 /// An index's relation, as the bulk store of an open index.
+///
+/// Buffer-managed pages (metapage, extent map) are read through `store`; bulk pages (edge,
+/// vector) never are: PostgreSQL writes them around shared_buffers, so a buffer of one could
+/// be stale. They are read from the segment files with plain reads, which see every write
+/// the kernel has, O_DIRECT or not.
 pub struct RelationBulk {
     pub store: Arc<dyn PageStore>,
     /// The main fork's first segment file, which names the relation in errors too.
@@ -46,9 +51,34 @@ pub struct RelationBulk {
     pub map: RwLock<ExtentMap>,
     pub edges: EdgeLayout,
     pub vectors: VectorPages,
+    /// Open segment files for the cold-path bulk reads, by segment number.
+    pub segments: Mutex<Vec<Option<File>>>,
 }
 
 impl RelationBulk {
+    /// Reads bulk block `block` from its segment file.
+    fn read_bulk_block(&self, block: u32, out: &mut [u8]) -> Result<(), StorageError> {
+        let (segment, offset) = segment_of(block);
+        let path = if segment == 0 {
+            self.fork.clone()
+        } else {
+            PathBuf::from(format!("{}.{segment}", self.fork.display()))
+        };
+        let mut files = self.segments.lock().unwrap_or_else(|e| e.into_inner());
+        if files.len() <= segment as usize {
+            files.resize_with(segment as usize + 1, || None);
+        }
+        if files[segment as usize].is_none() {
+            files[segment as usize] =
+                Some(File::open(&path).map_err(|e| StorageError::io(&path, "open", e))?);
+        }
+        files[segment as usize]
+            .as_ref()
+            .expect("opened above")
+            .read_exact_at(&mut out[..BLOCK_SIZE], offset)
+            .map_err(|e| StorageError::io(&path, "read", e))
+    }
+
     pub fn map(&self) -> RwLockReadGuard<'_, ExtentMap> {
         // A writer that panicked while holding the lock left a map that is still a valid
         // map (runs are only ever appended), so poisoning is not an error here.
@@ -164,7 +194,7 @@ impl Bulk {
                     .enumerate()
                 {
                     let block = r.block_of(PageKind::Edge, first + i as u32)?;
-                    r.store.read_block(block, page)?;
+                    r.read_bulk_block(block, page)?;
                 }
                 Ok(())
             }
@@ -214,7 +244,7 @@ impl Bulk {
                 for (k, page) in pages.chunks_exact_mut(BLOCK_SIZE).enumerate() {
                     let ordinal = extent * crate::pages::EXTENT_BLOCKS + first + k as u32;
                     let block = r.block_of(PageKind::Vector, ordinal)?;
-                    r.store.read_block(block, page)?;
+                    r.read_bulk_block(block, page)?;
                 }
                 r.vectors.gather(slot, &pages, first, out)
             }

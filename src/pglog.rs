@@ -1,0 +1,442 @@
+//! The engine's write seam on a PostgreSQL relation (RFC 0001 §5, §10): [`PgLog`] makes every
+//! change of an open index durable in the relation's pages and in WAL, and [`PgBufStore`]
+//! reads a committed relation's pages through shared_buffers for the engine (opening an
+//! index, re-reading the extent map).
+//!
+//! A change is applied in two steps, in this order:
+//!
+//! 1. its **bulk pages** (a fresh edge page; the vector pages of a new vertex's slot, read,
+//!    changed and written back under a page lock since neighbouring slots share them) are
+//!    logged as `BULK_IMAGES` and written around shared_buffers (`relstore`);
+//! 2. its **buffer-managed pages** (indirection, codes, promotions) are changed in their
+//!    buffers, in block order, inside one critical section with one `CHANGE` record
+//!    (`wal::change`) whose redo runs the same engine functions.
+//!
+//! Nothing points at a bulk page or slot until step 2 does, and the allocator is derived
+//! from the indirection entries, so a crash between the steps leaves free space, never a
+//! dangling pointer. Pages are computed outside the critical section (the engine's functions
+//! can fail on a corrupt page) and only copied into the buffers inside it.
+//!
+//! Growth: a change that names a page beyond the extent map's runs grows the relation under
+//! the relation extension lock: zero blocks (`EXTEND`), then the extent-map pages (and the
+//! metapage when the map needs another page) rewritten in their buffers and logged as
+//! full-page images. New pages stay zero until a change formats them (`apply` formats a new
+//! page first), so growth writes no page contents of its own.
+//!
+//! Both types may only be used on the backend's own thread: they refuse compute threads.
+
+// Used by the access method from stage 3c of RFC 0001 on; tested by pg_test until then.
+#![cfg_attr(not(any(test, feature = "pg_test")), allow(dead_code))]
+
+use crate::relstore::{self, BLOCK_SIZE};
+use crate::wal;
+use navis_engine::pages::extent::{run_len, ExtentMap, ENTRIES_PER_PAGE};
+use navis_engine::pages::meta::{Meta, MAX_EXTENT_MAP_PAGES};
+use navis_engine::pages::{self, PageKind};
+use navis_engine::relation::apply::{self, Change, Geometry, PageRef};
+use navis_engine::relation::RelationImage;
+use navis_engine::storage::StorageError;
+use navis_engine::store::PageStore;
+use navis_engine::update::{EdgePageChange, IndexLog, VectorChange};
+use navis_engine::VertexId;
+use pgrx::pg_sys;
+use std::path::Path;
+use std::sync::Mutex;
+use std::thread::ThreadId;
+
+fn check_thread(owner: ThreadId) -> Result<(), StorageError> {
+    if std::thread::current().id() == owner {
+        Ok(())
+    } else {
+        Err(StorageError::invalid(
+            "a navis relation was used from a compute thread",
+        ))
+    }
+}
+
+/// Reads of a committed relation's pages for the engine (buffer-managed pages through
+/// shared_buffers, bulk pages from disk); writes are refused (they go through [`PgLog`]).
+pub struct PgBufStore {
+    rel: pg_sys::Relation,
+    owner: ThreadId,
+}
+
+// SAFETY: the relation pointer is dereferenced only on the thread that created the store
+// (checked by every method), so sharing the value cannot make PostgreSQL run off it.
+unsafe impl Send for PgBufStore {}
+// SAFETY: as above; there is no mutable state.
+unsafe impl Sync for PgBufStore {}
+
+impl PgBufStore {
+    /// A store over `rel`'s main fork; `rel` must stay open while the store is used.
+    pub fn new(rel: pg_sys::Relation) -> PgBufStore {
+        PgBufStore {
+            rel,
+            owner: std::thread::current().id(),
+        }
+    }
+}
+
+/// Copies block `block` of `rel` out of its buffer under a share lock.
+fn read_buffered(rel: pg_sys::Relation, block: u32, out: &mut [u8]) {
+    // SAFETY: the buffer is pinned and share-locked while BLCKSZ bytes are copied out.
+    unsafe {
+        let buf = pg_sys::ReadBuffer(rel, block);
+        pg_sys::LockBuffer(buf, pg_sys::BUFFER_LOCK_SHARE as i32);
+        let page = pg_sys::BufferGetPage(buf) as *const u8;
+        std::ptr::copy_nonoverlapping(page, out.as_mut_ptr(), BLOCK_SIZE);
+        pg_sys::UnlockReleaseBuffer(buf);
+    }
+}
+
+impl PageStore for PgBufStore {
+    fn nblocks(&self) -> Result<u32, StorageError> {
+        check_thread(self.owner)?;
+        Ok(relstore::nblocks(self.rel))
+    }
+
+    fn read_block(&self, block: u32, out: &mut [u8]) -> Result<(), StorageError> {
+        check_thread(self.owner)?;
+        if out.len() != BLOCK_SIZE || block >= relstore::nblocks(self.rel) {
+            return Err(StorageError::invalid(format!(
+                "block {block} is beyond the relation, or the buffer is not a block"
+            )));
+        }
+        // Bulk pages are written around shared_buffers, so a buffer of one may be stale:
+        // read the block from disk first, and only a page that is not a bulk page (or not
+        // written yet) through its buffer, which may be newer than the disk.
+        relstore::read_block(self.rel, block, out);
+        let bulk = matches!(
+            PageKind::from_u8(pages::kind_code(out)),
+            Some(PageKind::Edge | PageKind::Vector)
+        );
+        if !bulk || pages::is_new(out) {
+            read_buffered(self.rel, block, out);
+        }
+        Ok(())
+    }
+
+    fn write_block(&self, block: u32, _page: &[u8]) -> Result<(), StorageError> {
+        Err(StorageError::invalid(format!(
+            "block {block}: pages of a navis relation change only through its log"
+        )))
+    }
+
+    fn extend(&self, _blocks: u32) -> Result<u32, StorageError> {
+        Err(StorageError::invalid(
+            "a navis relation grows only through its log",
+        ))
+    }
+
+    fn sync(&self) -> Result<(), StorageError> {
+        Ok(())
+    }
+}
+
+/// The write seam on an open relation (module documentation).
+pub struct PgLog {
+    rel: pg_sys::Relation,
+    owner: ThreadId,
+    geometry: Geometry,
+    /// The extent map and the metapage as this backend last read or wrote them.
+    layout: Mutex<(Meta, ExtentMap)>,
+}
+
+// SAFETY: as for PgBufStore: every method checks it runs on the creating thread first.
+unsafe impl Send for PgLog {}
+// SAFETY: as above; the mutable state is behind a Mutex.
+unsafe impl Sync for PgLog {}
+
+impl PgLog {
+    /// The log of the index in `rel`, which must stay open while the log is used.
+    pub fn open(rel: pg_sys::Relation) -> Result<PgLog, StorageError> {
+        let store = PgBufStore::new(rel);
+        let (meta, map) = RelationImage::read_layout(&store, Path::new("<navis relation>"))?;
+        Ok(PgLog {
+            rel,
+            owner: std::thread::current().id(),
+            geometry: Geometry::of(&meta)?,
+            layout: Mutex::new((meta, map)),
+        })
+    }
+
+    fn layout(&self) -> std::sync::MutexGuard<'_, (Meta, ExtentMap)> {
+        self.layout.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Blocks of `refs`, growing the relation for those beyond the runs.
+    fn blocks(&self, refs: &[PageRef]) -> Result<Vec<u32>, StorageError> {
+        let known: Option<Vec<u32>> = {
+            let layout = self.layout();
+            refs.iter()
+                .map(|r| layout.1.block(r.kind, r.ordinal))
+                .collect()
+        };
+        if let Some(blocks) = known {
+            return Ok(blocks);
+        }
+        // SAFETY: the extension lock serialises growth with every other backend; it is
+        // released on ERROR by the transaction's lock cleanup.
+        unsafe { pg_sys::LockRelationForExtension(self.rel, pg_sys::ExclusiveLock as i32) };
+        let grown = self.grow(refs);
+        // SAFETY: taken above.
+        unsafe { pg_sys::UnlockRelationForExtension(self.rel, pg_sys::ExclusiveLock as i32) };
+        grown
+    }
+
+    /// Under the extension lock: re-reads the layout (another backend may have grown the
+    /// relation), appends the runs `refs` need, rewrites the extent map.
+    fn grow(&self, refs: &[PageRef]) -> Result<Vec<u32>, StorageError> {
+        let store = PgBufStore::new(self.rel);
+        let (mut meta, mut map) =
+            RelationImage::read_layout(&store, Path::new("<navis relation>"))?;
+        let logged = map.allocation_log().len();
+        for r in refs {
+            while map.capacity(r.kind) <= r.ordinal {
+                let run = map.runs(r.kind).len() as u32;
+                let first = relstore::nblocks(self.rel);
+                relstore::extend_zeroed(self.rel, first + run_len(run));
+                map.push_run(r.kind, first);
+            }
+        }
+        if map.allocation_log().len() != logged {
+            self.write_map(&mut meta, &map, logged)?;
+        }
+        let blocks = refs
+            .iter()
+            .map(|r| map.block(r.kind, r.ordinal).expect("grown to hold it"))
+            .collect();
+        *self.layout() = (meta, map);
+        Ok(blocks)
+    }
+
+    /// Rewrites the extent-map pages from the one holding run `logged` on (appending pages
+    /// the map now needs, then the metapage that lists them), each as a logged full image.
+    fn write_map(
+        &self,
+        meta: &mut Meta,
+        map: &ExtentMap,
+        logged: usize,
+    ) -> Result<(), StorageError> {
+        let needed = map.pages_needed();
+        if needed > MAX_EXTENT_MAP_PAGES {
+            return Err(StorageError::invalid(format!(
+                "{needed} extent-map pages; the metapage lists at most {MAX_EXTENT_MAP_PAGES}"
+            )));
+        }
+        let listed = meta.extent_map_pages.len();
+        for i in (logged / ENTRIES_PER_PAGE).min(listed)..needed {
+            let block = match meta.extent_map_pages.get(i) {
+                Some(&b) => b,
+                None => {
+                    let b = relstore::nblocks(self.rel);
+                    relstore::extend_zeroed(self.rel, b + 1);
+                    meta.extent_map_pages.push(b);
+                    b
+                }
+            };
+            let mut page = vec![0u8; BLOCK_SIZE];
+            pages::init(&mut page, PageKind::ExtentMap, block);
+            pages::set_aux(&mut page, i as u32);
+            map.encode_page(i, &mut page);
+            pages::seal(&mut page);
+            self.replace_buffered(block, &page);
+        }
+        if meta.extent_map_pages.len() != listed {
+            let mut page = vec![0u8; BLOCK_SIZE];
+            pages::init(&mut page, PageKind::Meta, 0);
+            meta.encode(&mut page);
+            pages::seal(&mut page);
+            self.replace_buffered(0, &page);
+        }
+        Ok(())
+    }
+
+    /// Replaces a buffer-managed page with `page`, logged as a full-page image.
+    fn replace_buffered(&self, block: u32, page: &[u8]) {
+        let needs_wal = wal::relation_needs_wal(self.rel);
+        // SAFETY: the buffer is pinned and exclusively locked; the critical section keeps a
+        // changed page from ever lacking its record (log_newpage_buffer stamps the LSN).
+        unsafe {
+            let buf = pg_sys::ReadBuffer(self.rel, block);
+            pg_sys::LockBuffer(buf, pg_sys::BUFFER_LOCK_EXCLUSIVE as i32);
+            pg_sys::CritSectionCount += 1;
+            let dst = pg_sys::BufferGetPage(buf) as *mut u8;
+            std::ptr::copy_nonoverlapping(page.as_ptr(), dst, BLOCK_SIZE);
+            pg_sys::MarkBufferDirty(buf);
+            if needs_wal {
+                pg_sys::log_newpage_buffer(buf, true);
+            }
+            pg_sys::CritSectionCount -= 1;
+            pg_sys::UnlockReleaseBuffer(buf);
+        }
+    }
+
+    /// Step 1: one bulk page, logged and written around shared_buffers.
+    fn write_bulk(&self, change: &Change<'_>, at: PageRef, block: u32) -> Result<(), StorageError> {
+        let mut page = vec![0u8; BLOCK_SIZE];
+        if at.kind == PageKind::Edge {
+            apply::apply(&self.geometry, change, &mut page, at, block)?;
+            relstore::write_bulk_pages(self.rel, block, &mut page);
+            return Ok(());
+        }
+        // A vector page holds other vertices' slots: read, change and write it back while
+        // no other backend can (a heavyweight page lock, released at ERROR too).
+        // SAFETY: LockPage/UnlockPage on the open relation.
+        unsafe { pg_sys::LockPage(self.rel, block, pg_sys::ExclusiveLock as i32) };
+        relstore::read_block(self.rel, block, &mut page);
+        let applied = apply::apply(&self.geometry, change, &mut page, at, block);
+        if applied.is_ok() {
+            relstore::write_bulk_pages(self.rel, block, &mut page);
+        }
+        // SAFETY: taken above.
+        unsafe { pg_sys::UnlockPage(self.rel, block, pg_sys::ExclusiveLock as i32) };
+        applied
+    }
+
+    /// Step 2: the buffer-managed pages in one critical section and one CHANGE record.
+    fn write_buffered(
+        &self,
+        change: &Change<'_>,
+        refs: &[(PageRef, u32)],
+    ) -> Result<(), StorageError> {
+        if refs.is_empty() {
+            return Ok(());
+        }
+        if refs.len() > pg_sys::XLR_MAX_BLOCK_ID as usize + 1 {
+            return Err(StorageError::invalid(format!(
+                "a navis change touches {} pages, one record holds {}",
+                refs.len(),
+                pg_sys::XLR_MAX_BLOCK_ID + 1
+            )));
+        }
+        // Lock in block order, so that two backends never wait for each other.
+        let mut order: Vec<usize> = (0..refs.len()).collect();
+        order.sort_by_key(|&i| refs[i].1);
+        let needs_wal = wal::relation_needs_wal(self.rel);
+        let data = wal::change::encode(
+            &self.geometry,
+            change,
+            &refs.iter().map(|r| r.0).collect::<Vec<_>>(),
+        );
+        if needs_wal {
+            // SAFETY: outside any critical section, as XLogEnsureRecordSpace requires.
+            unsafe { pg_sys::XLogEnsureRecordSpace(refs.len() as i32 - 1, 0) };
+        }
+        // SAFETY: every buffer is pinned and exclusively locked from before its new contents
+        // are computed until after the record is inserted; the critical section only copies
+        // the computed pages and calls the WAL insertion, which cannot fail short of a PANIC.
+        unsafe {
+            let mut buffers = vec![pg_sys::InvalidBuffer as pg_sys::Buffer; refs.len()];
+            for &i in &order {
+                buffers[i] = pg_sys::ReadBuffer(self.rel, refs[i].1);
+                pg_sys::LockBuffer(buffers[i], pg_sys::BUFFER_LOCK_EXCLUSIVE as i32);
+            }
+            let mut computed = Vec::with_capacity(refs.len());
+            let mut failed = None;
+            for (i, &(at, block)) in refs.iter().enumerate() {
+                let mut page = vec![0u8; BLOCK_SIZE];
+                let src = pg_sys::BufferGetPage(buffers[i]) as *const u8;
+                std::ptr::copy_nonoverlapping(src, page.as_mut_ptr(), BLOCK_SIZE);
+                if let Err(e) = apply::apply(&self.geometry, change, &mut page, at, block) {
+                    failed = Some(e);
+                    break;
+                }
+                computed.push(page);
+            }
+            if failed.is_none() {
+                pg_sys::CritSectionCount += 1;
+                for (i, page) in computed.iter().enumerate() {
+                    let dst = pg_sys::BufferGetPage(buffers[i]) as *mut u8;
+                    std::ptr::copy_nonoverlapping(page.as_ptr(), dst, BLOCK_SIZE);
+                    pg_sys::MarkBufferDirty(buffers[i]);
+                }
+                if needs_wal {
+                    pg_sys::XLogBeginInsert();
+                    pg_sys::XLogRegisterData(
+                        data.as_ptr() as *mut std::ffi::c_char,
+                        data.len() as i32,
+                    );
+                    for (i, &buf) in buffers.iter().enumerate() {
+                        pg_sys::XLogRegisterBuffer(i as u8, buf, pg_sys::REGBUF_STANDARD as u8);
+                    }
+                    let lsn = pg_sys::XLogInsert(wal::RM_NAVIS_ID, wal::change::XLOG_NAVIS_CHANGE);
+                    for &buf in &buffers {
+                        wal::page_set_lsn(pg_sys::BufferGetPage(buf), lsn);
+                    }
+                }
+                pg_sys::CritSectionCount -= 1;
+            }
+            for &buf in &buffers {
+                pg_sys::UnlockReleaseBuffer(buf);
+            }
+            failed.map_or(Ok(()), Err)
+        }
+    }
+
+    fn log(&self, change: &Change<'_>) -> Result<(), StorageError> {
+        check_thread(self.owner)?;
+        let refs = apply::footprint(&self.geometry, change);
+        let blocks = self.blocks(&refs)?;
+        let mut buffered = Vec::new();
+        for (&at, &block) in refs.iter().zip(&blocks) {
+            match at.kind {
+                PageKind::Edge | PageKind::Vector => self.write_bulk(change, at, block)?,
+                _ => buffered.push((at, block)),
+            }
+        }
+        self.write_buffered(change, &buffered)
+    }
+}
+
+impl IndexLog for PgLog {
+    fn edge_page(&self, change: &EdgePageChange<'_>) -> Result<(), StorageError> {
+        self.log(&Change::EdgePage(change))
+    }
+
+    fn vector(&self, change: &VectorChange<'_>) -> Result<(), StorageError> {
+        self.log(&Change::Vector(change))
+    }
+
+    fn delete_flags(&self, vertices: &[VertexId]) -> Result<(), StorageError> {
+        // One record holds 32 pages: a batch spanning more is logged in parts.
+        for part in split_by_pages(vertices) {
+            self.log(&Change::DeleteFlags(part))?;
+        }
+        Ok(())
+    }
+
+    fn free_vertices(&self, vertices: &[VertexId]) -> Result<(), StorageError> {
+        for part in split_by_pages(vertices) {
+            self.log(&Change::Free(part))?;
+        }
+        Ok(())
+    }
+
+    fn promote(&self, offset: u64, record: &[u8]) -> Result<(), StorageError> {
+        self.log(&Change::Promote { offset, record })
+    }
+}
+
+/// `ids` cut into parts whose indirection pages fit one record's block references.
+fn split_by_pages(ids: &[VertexId]) -> Vec<&[VertexId]> {
+    let max_pages = pg_sys::XLR_MAX_BLOCK_ID as usize + 1;
+    let mut parts = Vec::new();
+    let mut pages: Vec<u32> = Vec::new();
+    let mut start = 0;
+    for (i, &v) in ids.iter().enumerate() {
+        let page = navis_engine::pages::indirection::locate(v).0;
+        if !pages.contains(&page) {
+            if pages.len() == max_pages {
+                parts.push(&ids[start..i]);
+                start = i;
+                pages.clear();
+            }
+            pages.push(page);
+        }
+    }
+    if start < ids.len() {
+        parts.push(&ids[start..]);
+    }
+    parts
+}
