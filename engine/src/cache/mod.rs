@@ -404,7 +404,8 @@ impl PageCache {
         Self::region_size_with(crate::storage::PAGE_SIZE, frames)
     }
 
-    /// Bytes a region with `frames` frames of `frame_size` bytes needs.
+    /// Bytes a region with `frames` frames of `frame_size` bytes (one of [`FRAME_SIZES`];
+    /// `init_at` refuses any other) needs.
     pub fn region_size_with(frame_size: usize, frames: usize) -> usize {
         Layout::for_frames(frame_size, frames).total
     }
