@@ -28,7 +28,9 @@ fn configured() -> Option<CacheConfig> {
         guc::CachePolicy::Lru => Policy::Lru,
         guc::CachePolicy::Off => Policy::Off,
     };
-    // With the policy off a one-frame region still carries the miss counters.
+    // With the policy off a one-frame region still carries the miss counters. Frames are
+    // 4 KiB (`CacheConfig::navis`): the side-file edge pages every index has until indexes
+    // move into their relations, whose 8 KiB pages need 8 KiB frames.
     let frames = match policy {
         Policy::Off => 1,
         _ => PageCache::frames_for_bytes(bytes),
@@ -50,7 +52,7 @@ fn configured() -> Option<CacheConfig> {
 
 /// Shared memory to request in the shmem-request hook.
 pub fn region_bytes() -> usize {
-    configured().map_or(0, |c| PageCache::region_size(c.frames))
+    configured().map_or(0, |c| PageCache::region_size_with(c.frame_size, c.frames))
 }
 
 /// Creates (or, after a crash-restart that kept the segment, re-creates) the region. Called
@@ -62,7 +64,7 @@ pub unsafe fn init_shared() {
     let Some(config) = configured() else {
         return;
     };
-    let len = PageCache::region_size(config.frames);
+    let len = PageCache::region_size_with(config.frame_size, config.frames);
     let mut found = false;
     // SAFETY: the caller holds AddinShmemInitLock in the startup hook, and `len` bytes were
     // requested in the request hook with the same settings (postmaster-only GUCs).

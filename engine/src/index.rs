@@ -57,7 +57,7 @@ use crate::segments::SegmentReader;
 use crate::storage::state::Field;
 use crate::storage::{
     names, BuildInput, BuildParams, EdgePageLayout, HeapTid, IndexFiles, IndexWriter, IndirEntry,
-    StorageError, PAGE_SIZE,
+    StorageError,
 };
 use crate::update::{IndexLog, SideFileLog};
 use crate::VertexId;
@@ -1071,35 +1071,38 @@ impl DiskReader<'_> {
         Ok(())
     }
 
-    /// Edge pages (8 KiB ordinals) from the relation's segment files, verified, into `out`.
-    /// The cache holds side-file pages only, so nothing is looked up or admitted.
-    fn read_relation_edge_pages(&mut self, pages: &[u32], out: &mut [u8]) -> io::Result<u64> {
-        let ReaderIo::Relation(io) = &mut self.io else {
-            unreachable!("called for relation readers only");
-        };
-        let relation = self.index.files.relation().expect("a relation index");
-        let blocks: Vec<u32> = pages
-            .iter()
-            .map(|&p| {
-                relation
-                    .block(crate::pages::PageKind::Edge, p)
-                    .map_err(storage_to_io)?
-                    .ok_or_else(|| {
-                        io::Error::new(
-                            io::ErrorKind::InvalidData,
-                            format!("edge page {p} is beyond the extent map"),
-                        )
+    /// Reads edge pages `pages` from disk into `self.miss_buf`, back to back in the edge
+    /// layout's page size, and verifies them; returns their bytes' length. Side files: 4 KiB
+    /// pages of the edge file; a relation: 8 KiB blocks of its segment files, where the
+    /// extent map places each ordinal.
+    fn read_from_disk(&mut self, pages: &[u32]) -> io::Result<usize> {
+        let page_size = self.index.files.edge_layout().page_size();
+        let units = pages.len() * page_size / std::mem::size_of::<AlignedPage>();
+        self.miss_buf.resize(units, AlignedPage::zeroed());
+        match &mut self.io {
+            ReaderIo::Side(io) => io.read_edge_pages(pages, &mut self.miss_buf[..units])?,
+            ReaderIo::Relation(io) => {
+                let relation = self.index.files.relation().expect("a relation index");
+                let blocks: Vec<u32> = pages
+                    .iter()
+                    .map(|&p| {
+                        relation
+                            .block(crate::pages::PageKind::Edge, p)
+                            .map_err(storage_to_io)?
+                            .ok_or_else(|| {
+                                io::Error::new(
+                                    io::ErrorKind::InvalidData,
+                                    format!("edge page {p} is beyond the extent map"),
+                                )
+                            })
                     })
-            })
-            .collect::<io::Result<_>>()?;
-        let per_block = crate::pages::BLOCK_SIZE / PAGE_SIZE;
-        self.miss_buf
-            .resize(blocks.len() * per_block, AlignedPage::zeroed());
-        io.read_blocks(&blocks, &mut self.miss_buf)?;
-        let bytes: &[u8] = bytemuck::cast_slice(&self.miss_buf[..blocks.len() * per_block]);
+                    .collect::<io::Result<_>>()?;
+                io.read_blocks(&blocks, &mut self.miss_buf[..units])?;
+            }
+        }
+        let bytes: &[u8] = bytemuck::cast_slice(&self.miss_buf[..units]);
         self.verify_pages(pages, bytes)?;
-        out[..bytes.len()].copy_from_slice(bytes);
-        Ok(0)
+        Ok(bytes.len())
     }
 }
 
@@ -1177,21 +1180,30 @@ impl IndexSource for DiskReader<'_> {
     }
 
     fn read_edge_pages(&mut self, pages: &[u32], out: &mut [u8]) -> io::Result<u64> {
-        let io = match &mut self.io {
-            ReaderIo::Side(io) => io,
-            ReaderIo::Relation(_) => return self.read_relation_edge_pages(pages, out),
-        };
-        let Some(binding) = self.index.files.page_cache() else {
-            io.read_edge_pages_into(pages, out)?;
-            self.verify_pages(pages, out)?;
+        // The index outlives this reader: its cache binding is not a borrow of `self`.
+        let index = self.index;
+        let page_size = index.files.edge_layout().page_size();
+        let Some(binding) = index.files.page_cache() else {
+            match &mut self.io {
+                // Straight into `out` (zero-copy when it is aligned).
+                ReaderIo::Side(io) => {
+                    io.read_edge_pages_into(pages, out)?;
+                    self.verify_pages(pages, out)?;
+                }
+                ReaderIo::Relation(_) => {
+                    let len = self.read_from_disk(pages)?;
+                    out[..len].copy_from_slice(&bytemuck::cast_slice(&self.miss_buf)[..len]);
+                }
+            }
             return Ok(0);
         };
         let cache = &binding.cache;
-        // Hits are copied straight into place; misses are read as one batch.
+        // Hits are copied straight into place; misses are read as one batch. The frames are
+        // this index's edge pages (`IndexFiles::attach_cache` checks their size).
         let mut misses: Vec<(usize, u32, Ticket)> = Vec::new();
         for (i, (&page_no, page)) in pages
             .iter()
-            .zip(out.chunks_exact_mut(PAGE_SIZE))
+            .zip(out.chunks_exact_mut(page_size))
             .enumerate()
         {
             let key = binding.key(page_no);
@@ -1205,13 +1217,11 @@ impl IndexSource for DiskReader<'_> {
             return Ok(hits);
         }
         let miss_pages: Vec<u32> = misses.iter().map(|m| m.1).collect();
-        self.miss_buf
-            .resize(miss_pages.len(), AlignedPage::zeroed());
-        io.read_edge_pages(&miss_pages, &mut self.miss_buf)?;
-        let miss_bytes: &[u8] = bytemuck::cast_slice(&self.miss_buf[..miss_pages.len()]);
-        self.verify_pages(&miss_pages, miss_bytes)?;
-        for (&(i, page_no, ticket), page) in misses.iter().zip(miss_bytes.chunks_exact(PAGE_SIZE)) {
-            out[i * PAGE_SIZE..(i + 1) * PAGE_SIZE].copy_from_slice(page);
+        // Verified before anything is admitted: a page that fails is never cached.
+        let len = self.read_from_disk(&miss_pages)?;
+        let miss_bytes: &[u8] = &bytemuck::cast_slice(&self.miss_buf)[..len];
+        for (&(i, page_no, ticket), page) in misses.iter().zip(miss_bytes.chunks_exact(page_size)) {
+            out[i * page_size..(i + 1) * page_size].copy_from_slice(page);
             cache.admit(binding.key(page_no), self.caller, page, ticket);
         }
         Ok(hits)

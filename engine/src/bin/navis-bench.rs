@@ -467,9 +467,12 @@ fn attach_cache(a: &Args, index: &Index) -> Result<Option<std::sync::Arc<PageCac
     let policy = a.values.get("cache-policy").map_or("navis", String::as_str);
     let policy = Policy::parse(policy)
         .ok_or(format!("--cache-policy: navis, lru or off, got {policy:?}"))?;
+    // Frames of the index's edge-page size: attach_cache refuses any other.
+    let frame_size = index.files().edge_layout().page_size();
     let mut config = CacheConfig {
         policy,
-        ..CacheConfig::navis(PageCache::frames_for_bytes(mb << 20).max(1))
+        frame_size,
+        ..CacheConfig::navis(PageCache::frames_for_bytes_with(frame_size, mb << 20).max(1))
     };
     config.search_promote_hits = a.num("cache-search-promote", config.search_promote_hits)?;
     let cache = std::sync::Arc::new(PageCache::new(config).map_err(|e| e.to_string())?);

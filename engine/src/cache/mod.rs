@@ -1,5 +1,8 @@
-//! NAVIS-Cache: a graph-aware cache of 4 KiB edge pages, shared by every reader of every index
-//! (digest §1.6, NAVIS paper §7).
+//! NAVIS-Cache: a graph-aware cache of edge pages, shared by every reader of every index
+//! (digest §1.6, NAVIS paper §7). A region's frames all have one size, chosen when it is
+//! formatted: 4 KiB for side-file indexes, 8 KiB for indexes in their relation (RFC 0001),
+//! whose edge pages are PostgreSQL pages; an index attaches only to a region whose frames are
+//! its edge pages (`IndexFiles::attach_cache`).
 //!
 //! Side files are read with O_DIRECT, so without this cache every edge page costs a device read
 //! even when memory is plentiful. A recency cache (PostgreSQL's clock sweep, plain LRU) lets the
@@ -41,12 +44,12 @@ mod region;
 mod spin;
 pub mod trace;
 
-use crate::storage::PAGE_SIZE;
 use region::{FrameMeta, Header, Layout, MapSlot, Partition, MAGIC, NO_FRAME, STATS, VERSION};
 use std::fmt;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
+pub use region::FRAME_SIZES;
 pub use spin::{SpinGuard, SpinLock};
 
 /// Which replacement policy the frames follow.
@@ -138,6 +141,9 @@ pub enum Caller {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct CacheConfig {
     pub frames: usize,
+    /// Bytes per frame, one of [`FRAME_SIZES`]: the edge-page size of the indexes that will
+    /// use the cache.
+    pub frame_size: usize,
     pub policy: Policy,
     /// Share of the frames kept for the admission window (the rest may be frozen).
     pub window_share: f64,
@@ -150,10 +156,11 @@ pub struct CacheConfig {
 }
 
 impl CacheConfig {
-    /// The paper's defaults over `frames` frames.
+    /// The paper's defaults over `frames` frames of 4 KiB (side-file edge pages).
     pub fn navis(frames: usize) -> CacheConfig {
         CacheConfig {
             frames,
+            frame_size: crate::storage::PAGE_SIZE,
             policy: Policy::Navis,
             window_share: 0.10,
             insert_promote_hits: 2,
@@ -384,27 +391,49 @@ impl fmt::Debug for PageCache {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PageCache")
             .field("frames", &self.layout.nframes)
+            .field("frame_size", &self.layout.frame_size)
             .field("policy", &self.policy())
             .finish()
     }
 }
 
 impl PageCache {
-    /// Bytes a region with `frames` frames needs.
+    /// Bytes a region with `frames` frames of 4 KiB needs (side-file edge pages; see
+    /// [`PageCache::region_size_with`]).
     pub fn region_size(frames: usize) -> usize {
-        Layout::for_frames(frames).total
+        Self::region_size_with(crate::storage::PAGE_SIZE, frames)
     }
 
-    /// The most frames `bytes` bytes of region hold.
+    /// Bytes a region with `frames` frames of `frame_size` bytes (one of [`FRAME_SIZES`];
+    /// `init_at` refuses any other) needs.
+    pub fn region_size_with(frame_size: usize, frames: usize) -> usize {
+        Layout::for_frames(frame_size, frames).total
+    }
+
+    /// The most 4 KiB frames `bytes` bytes of region hold (see
+    /// [`PageCache::frames_for_bytes_with`]).
     pub fn frames_for_bytes(bytes: usize) -> usize {
-        Layout::frames_for_bytes(bytes)
+        Self::frames_for_bytes_with(crate::storage::PAGE_SIZE, bytes)
+    }
+
+    /// The most frames of `frame_size` bytes (one of [`FRAME_SIZES`]) `bytes` bytes of
+    /// region hold.
+    pub fn frames_for_bytes_with(frame_size: usize, bytes: usize) -> usize {
+        assert!(
+            FRAME_SIZES.contains(&frame_size),
+            "cache frames are {FRAME_SIZES:?} bytes, not {frame_size}"
+        );
+        Layout::frames_for_bytes(frame_size, bytes)
     }
 
     /// A cache in memory of its own (tests, the bench binary).
     pub fn new(config: CacheConfig) -> Result<PageCache, CacheError> {
         validate(&config)?;
-        let layout = Layout::for_frames(config.frames);
-        let mut owned = crate::io::AlignedPage::vec(layout.total.div_ceil(PAGE_SIZE));
+        let layout = Layout::for_frames(config.frame_size, config.frames);
+        // Allocated in aligned 4 KiB units (the unit of `AlignedPage`, whatever the frame
+        // size), so the region is page-aligned like PostgreSQL's shared memory.
+        let unit = std::mem::size_of::<crate::io::AlignedPage>();
+        let mut owned = crate::io::AlignedPage::vec(layout.total.div_ceil(unit));
         let base = NonNull::new(owned.as_mut_ptr().cast::<u8>()).expect("vec pointer");
         let cache = PageCache {
             base,
@@ -426,13 +455,14 @@ impl PageCache {
         config: CacheConfig,
     ) -> Result<PageCache, CacheError> {
         validate(&config)?;
-        let layout = Layout::for_frames(config.frames);
+        let layout = Layout::for_frames(config.frame_size, config.frames);
         let cache = Self::view(base, len, layout)?;
         cache.initialise(&config);
         Ok(cache)
     }
 
-    /// A view of a region that [`PageCache::init_at`] formatted (possibly in another process).
+    /// A view of a region that [`PageCache::init_at`] formatted (possibly in another process),
+    /// with the frame size its header records.
     ///
     /// # Safety
     /// As for [`PageCache::init_at`], and the region must have been initialised.
@@ -453,7 +483,14 @@ impl PageCache {
                 "cache region is not initialised (or has another version)".into(),
             ));
         }
+        let frame_size = header.frame_size.load(Ordering::Relaxed) as usize;
+        if !FRAME_SIZES.contains(&frame_size) {
+            return Err(CacheError(format!(
+                "cache region has frames of {frame_size} bytes, not one of {FRAME_SIZES:?}"
+            )));
+        }
         let layout = Layout::with(
+            frame_size,
             header.nframes.load(Ordering::Relaxed) as usize,
             header.partitions.load(Ordering::Relaxed) as usize,
             header.slots_per_partition.load(Ordering::Relaxed) as usize,
@@ -524,30 +561,46 @@ impl PageCache {
         unsafe {
             self.base
                 .as_ptr()
-                .add(self.layout.frames_at + frame as usize * PAGE_SIZE)
+                .add(self.layout.frames_at + frame as usize * self.layout.frame_size)
         }
     }
 
     /// Copies frame `frame` into `out`. The caller holds the lock of the partition that maps
     /// a page to this frame, so no writer touches it meanwhile.
     fn copy_out(&self, frame: u32, out: &mut [u8]) {
-        // SAFETY: the frame is PAGE_SIZE bytes inside the region; writers of a mapped frame
-        // hold the same partition lock, writers of an unmapped frame are unreachable from
-        // here (the caller found the frame through the map under that lock).
-        unsafe { std::ptr::copy_nonoverlapping(self.frame_ptr(frame), out.as_mut_ptr(), PAGE_SIZE) }
+        debug_assert_eq!(out.len(), self.layout.frame_size);
+        // SAFETY: the frame is frame_size bytes inside the region and `out` as long; writers
+        // of a mapped frame hold the same partition lock, writers of an unmapped frame are
+        // unreachable from here (the caller found the frame through the map under that lock).
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.frame_ptr(frame),
+                out.as_mut_ptr(),
+                self.layout.frame_size,
+            )
+        }
     }
 
     /// Copies `data` into `frame`. The caller holds the partition lock of the page mapped to
     /// it, or holds the replacement lock over a frame no map entry points at.
     fn copy_in(&self, frame: u32, data: &[u8]) {
+        debug_assert_eq!(data.len(), self.layout.frame_size);
         // SAFETY: as in copy_out: no reader can reach the frame while it is written.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.frame_ptr(frame), PAGE_SIZE) }
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                data.as_ptr(),
+                self.frame_ptr(frame),
+                self.layout.frame_size,
+            )
+        }
     }
 
     fn initialise(&self, config: &CacheConfig) {
         let h = self.header();
         h.magic.store(0, Ordering::Relaxed);
         h.version.store(VERSION, Ordering::Relaxed);
+        h.frame_size
+            .store(self.layout.frame_size as u32, Ordering::Relaxed);
         h.nframes
             .store(self.layout.nframes as u32, Ordering::Relaxed);
         h.partitions
@@ -608,6 +661,11 @@ impl PageCache {
 
     pub fn frames(&self) -> usize {
         self.layout.nframes
+    }
+
+    /// Bytes per frame: the size of the edge pages this cache holds.
+    pub fn frame_size(&self) -> usize {
+        self.layout.frame_size
     }
 
     /// Frames the frozen region may hold.
@@ -714,10 +772,14 @@ impl PageCache {
         map[at].frame.store(NO_FRAME, Ordering::Relaxed);
     }
 
-    /// Copies the cached page `key` into `out` (4096 bytes) and returns true, or returns false
-    /// on a miss. A hit in the window may promote the page.
+    /// Copies the cached page `key` into `out` ([`PageCache::frame_size`] bytes) and returns
+    /// true, or returns false on a miss. A hit in the window may promote the page.
     pub fn lookup(&self, key: PageKey, caller: Caller, out: &mut [u8]) -> bool {
-        assert_eq!(out.len(), PAGE_SIZE, "cache lookups copy whole pages");
+        assert_eq!(
+            out.len(),
+            self.frame_size(),
+            "cache lookups copy whole pages"
+        );
         trace::record(key, trace::TraceKind::Lookup(caller));
         let (partition, start) = self.partition_of(key);
         let policy = self.policy();
@@ -786,7 +848,7 @@ impl PageCache {
     /// admission window, unless a write-through or drop of its partition happened since
     /// (the bytes might be older than the disk) or the page is already cached.
     pub fn admit(&self, key: PageKey, caller: Caller, data: &[u8], ticket: Ticket) {
-        assert_eq!(data.len(), PAGE_SIZE, "the cache holds whole pages");
+        assert_eq!(data.len(), self.frame_size(), "the cache holds whole pages");
         if self.policy() == Policy::Off {
             return;
         }
@@ -856,7 +918,7 @@ impl PageCache {
     /// location is published. Overwrites the cached copy if there is one, and makes reads
     /// that started before this call unable to admit their (possibly older) bytes.
     pub fn refresh(&self, key: PageKey, data: &[u8]) {
-        assert_eq!(data.len(), PAGE_SIZE, "the cache holds whole pages");
+        assert_eq!(data.len(), self.frame_size(), "the cache holds whole pages");
         trace::record(key, trace::TraceKind::Write);
         let (partition, start) = self.partition_of(key);
         let part = &self.partitions()[partition];
@@ -1179,6 +1241,12 @@ impl PageCache {
 }
 
 fn validate(config: &CacheConfig) -> Result<(), CacheError> {
+    if !FRAME_SIZES.contains(&config.frame_size) {
+        return Err(CacheError(format!(
+            "cache frames are {FRAME_SIZES:?} bytes, not {}",
+            config.frame_size
+        )));
+    }
     if config.frames == 0 || config.frames >= NO_FRAME as usize / 2 {
         return Err(CacheError(format!(
             "a cache needs between 1 and {} frames, got {}",

@@ -8,7 +8,8 @@
 //! FrameMeta[N]  per frame: the page it holds, its region, reference bit, hit counts
 //! free[N]       stack of free frames (under the replacement lock)
 //! fifo[N]       frozen frames in promotion order, (frame, seq) packed in a u64
-//! frames[N]     the 4 KiB page copies
+//! frames[N]     the page copies, `frame_size` bytes each (4 KiB side-file edge pages or
+//!               8 KiB relation edge pages; one size per region, fixed when it is formatted)
 //! ```
 //!
 //! Every field is an atomic or a [`SpinLock`], so any bit pattern is a valid value and the
@@ -16,11 +17,14 @@
 //! The page bytes are plain memory guarded by the locking protocol in `cache/mod.rs`.
 
 use super::spin::SpinLock;
-use crate::storage::PAGE_SIZE;
 use std::sync::atomic::{AtomicU32, AtomicU64};
 
 pub(super) const MAGIC: u64 = 0x4e41_5649_5343_4143; // "NAVISCAC"
-pub(super) const VERSION: u32 = 2;
+/// 3: the frame size is a field of the header (2 had 4 KiB frames only).
+pub(super) const VERSION: u32 = 3;
+/// The frame sizes a region may have: a side-file edge page (`storage::PAGE_SIZE`) or a
+/// relation edge page (`pages::BLOCK_SIZE`).
+pub const FRAME_SIZES: [usize; 2] = [crate::storage::PAGE_SIZE, crate::pages::BLOCK_SIZE];
 /// A map slot or stack entry that holds no frame.
 pub(super) const NO_FRAME: u32 = u32::MAX;
 /// Statistics counters kept per partition (see `Stat`).
@@ -30,6 +34,8 @@ pub(super) const STATS: usize = 15;
 pub(super) struct Header {
     pub magic: AtomicU64,
     pub version: AtomicU32,
+    /// Bytes per frame (one of [`FRAME_SIZES`]): a process that attaches learns it here.
+    pub frame_size: AtomicU32,
     pub nframes: AtomicU32,
     pub partitions: AtomicU32,
     pub slots_per_partition: AtomicU32,
@@ -82,6 +88,7 @@ pub(super) struct FrameMeta {
 /// Byte offsets of the parts of a region with `nframes` frames.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Layout {
+    pub frame_size: usize,
     pub nframes: usize,
     pub partitions: usize,
     pub slots_per_partition: usize,
@@ -102,14 +109,19 @@ fn align_up(x: usize, to: usize) -> usize {
 }
 
 impl Layout {
-    pub fn for_frames(nframes: usize) -> Layout {
+    pub fn for_frames(frame_size: usize, nframes: usize) -> Layout {
         let partitions = PARTITIONS;
         // Load factor at most ~1/4 on average; uneven hashing still leaves room.
         let slots_per_partition = (4 * nframes / partitions + 16).next_power_of_two();
-        Self::with(nframes, partitions, slots_per_partition)
+        Self::with(frame_size, nframes, partitions, slots_per_partition)
     }
 
-    pub fn with(nframes: usize, partitions: usize, slots_per_partition: usize) -> Layout {
+    pub fn with(
+        frame_size: usize,
+        nframes: usize,
+        partitions: usize,
+        slots_per_partition: usize,
+    ) -> Layout {
         let line = 64;
         let header = std::mem::size_of::<Header>();
         let partitions_at = align_up(header, line);
@@ -121,9 +133,11 @@ impl Layout {
         );
         let free_at = align_up(meta_at + nframes * std::mem::size_of::<FrameMeta>(), line);
         let fifo_at = align_up(free_at + nframes * 4, line);
-        let frames_at = align_up(fifo_at + nframes * 8, PAGE_SIZE);
-        let total = frames_at + nframes * PAGE_SIZE;
+        // Frames start on a frame boundary (of the region), as pages do in a file.
+        let frames_at = align_up(fifo_at + nframes * 8, frame_size);
+        let total = frames_at + nframes * frame_size;
         Layout {
+            frame_size,
             nframes,
             partitions,
             slots_per_partition,
@@ -137,13 +151,13 @@ impl Layout {
         }
     }
 
-    /// The most frames a region of `bytes` bytes holds.
-    pub fn frames_for_bytes(bytes: usize) -> usize {
+    /// The most frames of `frame_size` bytes a region of `bytes` bytes holds.
+    pub fn frames_for_bytes(frame_size: usize, bytes: usize) -> usize {
         // `total` grows with n (in steps where the map doubles): binary search.
-        let (mut lo, mut hi) = (0usize, bytes / PAGE_SIZE + 1);
+        let (mut lo, mut hi) = (0usize, bytes / frame_size + 1);
         while lo + 1 < hi {
             let mid = (lo + hi) / 2;
-            if Self::for_frames(mid).total <= bytes {
+            if Self::for_frames(frame_size, mid).total <= bytes {
                 lo = mid;
             } else {
                 hi = mid;

@@ -1,4 +1,6 @@
 use super::*;
+use crate::pages::BLOCK_SIZE;
+use crate::storage::PAGE_SIZE;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
@@ -10,8 +12,13 @@ fn key(page: u32) -> PageKey {
 
 /// A page whose every 8-byte word is `page << 32 | version`: a torn copy shows.
 fn page_bytes(page: u32, version: u32) -> Vec<u8> {
+    page_bytes_of(PAGE_SIZE, page, version)
+}
+
+/// `page_bytes` for a page of `size` bytes.
+fn page_bytes_of(size: usize, page: u32, version: u32) -> Vec<u8> {
     let word = ((page as u64) << 32) | version as u64;
-    word.to_le_bytes().repeat(PAGE_SIZE / 8)
+    word.to_le_bytes().repeat(size / 8)
 }
 
 /// `(page, version)` of a page made by `page_bytes`; panics on a torn page.
@@ -430,4 +437,97 @@ fn concurrent_readers_and_writers_never_see_stale_or_torn_pages() {
             }
         }
     }
+}
+
+/// A region of 8 KiB frames (relation edge pages): whole 8 KiB pages go in and come out,
+/// write-through and drops work as with 4 KiB frames, and a process that attaches learns the
+/// frame size from the header.
+#[test]
+fn eight_kib_frames_hold_whole_relation_pages_and_attach_reads_their_size() {
+    let config = CacheConfig {
+        frame_size: BLOCK_SIZE,
+        ..CacheConfig::navis(16)
+    };
+    let size = PageCache::region_size_with(BLOCK_SIZE, 16);
+    assert!(size >= PageCache::region_size(16) + 16 * (BLOCK_SIZE - PAGE_SIZE));
+    let mut memory = crate::io::AlignedPage::vec(size.div_ceil(PAGE_SIZE));
+    let base = memory.as_mut_ptr().cast::<u8>();
+    // SAFETY: `memory` outlives both views and is only used through them.
+    let (a, b) = unsafe {
+        let a = PageCache::init_at(base, size, config).unwrap();
+        let b = PageCache::attach(base, size).unwrap();
+        (a, b)
+    };
+    assert_eq!((a.frame_size(), b.frame_size()), (BLOCK_SIZE, BLOCK_SIZE));
+    let mut out = vec![0u8; BLOCK_SIZE];
+    for page in 0..20u32 {
+        let k = key(page);
+        assert!(!a.lookup(k, Caller::Search, &mut out));
+        let ticket = a.ticket(k);
+        a.admit(
+            k,
+            Caller::Search,
+            &page_bytes_of(BLOCK_SIZE, page, 1),
+            ticket,
+        );
+    }
+    // 16 frames for 20 pages: the last ones are cached, and whole through the other view.
+    assert!(b.lookup(key(19), Caller::Search, &mut out));
+    assert_eq!(decode(&out), (19, 1));
+    b.refresh(key(19), &page_bytes_of(BLOCK_SIZE, 19, 2));
+    assert!(a.lookup(key(19), Caller::Search, &mut out));
+    assert_eq!(decode(&out), (19, 2), "the refresh replaced all 8 KiB");
+    a.drop_page(key(19));
+    assert!(!b.lookup(key(19), Caller::Search, &mut out));
+    let s = b.stats();
+    assert_eq!((s.refreshed, s.dropped, s.frames), (1, 1, 16));
+
+    // A header whose frame size is not one a cache can have is refused, as is a region
+    // too short for the frames its header declares (8 KiB frames in a 4 KiB-sized region).
+    a.header().frame_size.store(3000, Ordering::Relaxed);
+    // SAFETY: as above.
+    let err = unsafe { PageCache::attach(base, size) }.unwrap_err();
+    assert!(err.to_string().contains("3000"), "{err}");
+    a.header()
+        .frame_size
+        .store(BLOCK_SIZE as u32, Ordering::Relaxed);
+    // SAFETY: as above.
+    let err = unsafe { PageCache::attach(base, PageCache::region_size(16)) }.unwrap_err();
+    assert!(err.to_string().contains("smaller than"), "{err}");
+}
+
+#[test]
+fn sizing_follows_the_frame_size_and_other_sizes_are_refused() {
+    for bytes in [100_000usize, 1 << 20, 64 << 20] {
+        assert_eq!(
+            PageCache::frames_for_bytes(bytes),
+            PageCache::frames_for_bytes_with(PAGE_SIZE, bytes)
+        );
+        let n = PageCache::frames_for_bytes_with(BLOCK_SIZE, bytes);
+        assert!(n > 0 && PageCache::region_size_with(BLOCK_SIZE, n) <= bytes);
+        assert!(PageCache::region_size_with(BLOCK_SIZE, n + 1) > bytes);
+        // At least half the frames of the 4 KiB sizing (the per-frame bookkeeping weighs
+        // less next to an 8 KiB frame), and never more bytes of frames than the region.
+        let small = PageCache::frames_for_bytes(bytes);
+        assert!(small / 2 <= n && n < small, "{n} vs {small}");
+        assert!(n * BLOCK_SIZE <= bytes);
+    }
+    assert_eq!(
+        PageCache::region_size(7),
+        PageCache::region_size_with(PAGE_SIZE, 7)
+    );
+    for frame_size in [0, 2048, 4095, 16384] {
+        let err = PageCache::new(CacheConfig {
+            frame_size,
+            ..CacheConfig::navis(4)
+        })
+        .unwrap_err();
+        assert!(err.to_string().contains("frames are"), "{err}");
+    }
+    let cache = PageCache::new(CacheConfig {
+        frame_size: BLOCK_SIZE,
+        ..CacheConfig::navis(4)
+    })
+    .unwrap();
+    assert_eq!(cache.frame_size(), BLOCK_SIZE);
 }

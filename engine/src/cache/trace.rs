@@ -157,8 +157,9 @@ pub fn replay_with(
     trace: &[TraceRecord],
     write_allocate: bool,
 ) -> super::CacheStats {
-    let page = vec![0u8; crate::storage::PAGE_SIZE];
-    let mut out = vec![0u8; crate::storage::PAGE_SIZE];
+    // Only the traffic matters here, not the bytes: blank pages of the cache's frame size.
+    let page = vec![0u8; cache.frame_size()];
+    let mut out = vec![0u8; cache.frame_size()];
     for r in trace {
         match r.kind {
             TraceKind::Lookup(caller) => {

@@ -296,10 +296,22 @@ pub fn edge_page_image(
     block: u32,
     out: &mut [u8],
 ) -> Result<(), StorageError> {
-    let max_degree = g.edges.max_degree();
+    edge_page_with(&g.edges, change, block, out)
+}
+
+/// [`edge_page_image`] given only the edge-page layout, which is all it uses: an open index
+/// rebuilds the page its log wrote this way to cache exactly that page
+/// (`IndexFiles::edge_page_as_logged`).
+pub fn edge_page_with(
+    edges: &EdgeLayout,
+    change: &EdgePageChange<'_>,
+    block: u32,
+    out: &mut [u8],
+) -> Result<(), StorageError> {
+    let max_degree = edges.max_degree();
     let read: Box<dyn Fn(usize) -> (VertexId, Vec<VertexId>)> = match change.image.len() {
         BLOCK_SIZE => Box::new(|s| {
-            let slot = g.edges.slot(change.image, s);
+            let slot = edges.slot(change.image, s);
             (slot.owner(), slot.to_vec())
         }),
         PAGE_SIZE => {
@@ -332,13 +344,13 @@ pub fn edge_page_image(
             change.page
         )));
     }
-    g.edges.init_page(out, block, change.page);
+    edges.init_page(out, block, change.page);
     for l in change.lists {
-        if l.slot as usize >= g.edges.slots_per_page() {
+        if l.slot as usize >= edges.slots_per_page() {
             return Err(StorageError::invalid(format!(
                 "edge slot {} beyond the {} of a relation page",
                 l.slot,
-                g.edges.slots_per_page()
+                edges.slots_per_page()
             )));
         }
         let (owner, list) = read(l.slot as usize);
@@ -348,9 +360,9 @@ pub fn edge_page_image(
                 change.page, l.slot, l.vertex
             )));
         }
-        g.edges.put_slot(out, l.slot as usize, l.vertex, &list)?;
+        edges.put_slot(out, l.slot as usize, l.vertex, &list)?;
     }
-    g.edges.seal(out);
+    edges.seal(out);
     Ok(())
 }
 

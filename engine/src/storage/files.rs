@@ -144,11 +144,13 @@ impl IndexFiles {
     }
 
     /// Routes this index's edge-page reads through `binding` and its page writes and frees
-    /// through to it. Once per open; a second call is ignored (returns false).
-    /// The cache holds 4 KiB side-file pages only: a relation index is never attached
-    /// (returns false) until its frames are 8 KiB.
+    /// through to it. Once per open; a second call is ignored (returns false). A frame holds
+    /// one whole edge page, so the cache's frames must be this index's edge pages: 4 KiB for
+    /// side files, 8 KiB for a relation. On a mismatch nothing is attached (returns false)
+    /// and the index reads from disk alone.
     pub fn attach_cache(&self, binding: crate::cache::CacheBinding) -> bool {
-        self.relation().is_none() && self.page_cache.set(binding).is_ok()
+        binding.cache.frame_size() == self.edge_layout.page_size()
+            && self.page_cache.set(binding).is_ok()
     }
 
     /// The attached edge-page cache, if any.
@@ -322,6 +324,38 @@ impl IndexFiles {
             }
         }
         Ok(page)
+    }
+
+    /// The edge page readers find on disk once `change` went through this index's log: what
+    /// the edge-page cache must hold for `change.page` (write-through). For side files that
+    /// is the image itself. A relation's log rebuilds the page from the listed slots at the
+    /// block the extent map gives the ordinal (`relation::apply::edge_page_image`), which may
+    /// differ from the block [`IndexFiles::format_edge_page`] stamped (the log may have grown
+    /// the relation to place the page), so the page is rebuilt here the same way at the block
+    /// the map gives now: the map only ever grows, so that block is final. (PostgreSQL's log
+    /// will also set `pd_lsn` and `pd_checksum`, which neither the engine CRC nor a reader's
+    /// checks cover.)
+    pub fn edge_page_as_logged<'c>(
+        &self,
+        change: &crate::update::EdgePageChange<'c>,
+    ) -> Result<std::borrow::Cow<'c, [u8]>, StorageError> {
+        let Bulk::Relation(r) = &self.bulk else {
+            return Ok(std::borrow::Cow::Borrowed(change.image));
+        };
+        let block = r
+            .block(crate::pages::PageKind::Edge, change.page)?
+            .ok_or_else(|| {
+                StorageError::corrupt(
+                    &r.fork,
+                    format!(
+                        "edge page {} was logged but is beyond the extent map",
+                        change.page
+                    ),
+                )
+            })?;
+        let mut page = vec![0u8; crate::pages::BLOCK_SIZE];
+        crate::relation::apply::edge_page_with(&r.edges, change, block, &mut page)?;
+        Ok(std::borrow::Cow::Owned(page))
     }
 
     /// Reads and verifies one edge page (4 KiB in side files, 8 KiB in a relation) with a

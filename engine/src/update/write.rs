@@ -61,13 +61,13 @@ pub fn write_lists(
     state
         .page_live(page_no)
         .store(changes.len() as u32, Ordering::Release);
-    let logged = log.edge_page(&EdgePageChange {
+    let change = EdgePageChange {
         page: page_no,
         image: &page,
         lists: &placed,
         tid,
-    });
-    if let Err(e) = logged {
+    };
+    if let Err(e) = log.edge_page(&change) {
         // Nothing points at the page: retiring its counted lists hands it back.
         for _ in changes {
             let _ = retire_slot(files, locks, page_no);
@@ -75,9 +75,17 @@ pub fn write_lists(
         return Err(e.into());
     }
     // Write-through before anything points at the page, so that a reader who follows the
-    // new location never finds an older copy in the cache.
+    // new location never finds an older copy in the cache. The cached bytes are the page as
+    // the log wrote it (a relation's log re-stamps it at its final block), since cache hits
+    // are not verified again and a frame must equal the disk.
     if let Some(cache) = files.page_cache() {
-        cache.cache.refresh(cache.key(page_no), &page);
+        let key = cache.key(page_no);
+        match files.edge_page_as_logged(&change) {
+            Ok(written) => cache.cache.refresh(key, &written),
+            // The page is durable and about to be published, so the write stands; the cache
+            // just must not keep (or admit from a read in flight) an older copy of it.
+            Err(_) => cache.cache.drop_page(key),
+        }
     }
     state.count(Counter::EdgePagesWritten, 1);
     state.count(Counter::EdgeListsWritten, changes.len() as u64);
