@@ -2,7 +2,7 @@
 # Tests that need a whole cluster rather than one session: several client connections at
 # once, and a crash (immediate shutdown) followed by restart. Each test is a shell function
 # named test_*; they share one throwaway cluster started with navis preloaded.
-#   bash pg_test/run_cluster_tests.sh          # assumes navis is installed (scripts/test.sh does it)
+#   bash pg_test/run_cluster_tests.sh          # installs the debug build with its test-only functions
 #   NAVIS_CLUSTER_TESTS=sliding bash pg_test/run_cluster_tests.sh   # only the matching tests
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -390,6 +390,49 @@ test_pgvector_issue_scenario() {
   echo "ok       pgvector_issue_scenario (5% scattered delete + VACUUM, then batches; inserts:edge pages read/written/in-place-equivalent per insert:$per_batch)"
 }
 
+# The WAL of changes made through PgLog (RFC 0001 stage 3c) replays into the same pages on a
+# streaming standby and in crash recovery: an engine index built into a relation, 300 inserts,
+# deletes and a consolidation (navis_test_relation_changes, a test-only function), then the
+# relation's digest (every entry, list, vector and code, decoded strictly) on the primary, on
+# a standby that had nothing of it but the WAL, and after an immediate stop and recovery.
+test_change_records_replay() {
+  local sdir=/tmp/navis-clustertest-standby2 sport=54334
+  sql -c "CREATE EXTENSION IF NOT EXISTS pg_walinspect"
+  standby_start "$DIR" "$PORT" "$sdir" "$sport" "shared_preload_libraries = 'navis'"
+  sql -c "ALTER SYSTEM SET checkpoint_timeout = '1h'" -c "SELECT pg_reload_conf()" >/dev/null
+  sql -c "CHECKPOINT"
+  local before; before=$(val "SELECT pg_current_wal_insert_lsn()")
+  local primary
+  primary=$(sql -c "BEGIN" -c "CREATE TABLE rl (x int) WITH (autovacuum_enabled = off)" \
+    -c "SELECT navis_test_relation_changes('rl'::regclass::oid, 2000, 300)" -c "COMMIT" | grep published)
+  local after; after=$(val "SELECT pg_current_wal_insert_lsn()")
+  local kinds; kinds=$(val "SELECT string_agg(record_type || ' ' || n, ', ' ORDER BY record_type) FROM
+      (SELECT record_type, count(*) AS n FROM pg_get_wal_records_info('$before', '$after')
+       WHERE resource_manager = 'navis' GROUP BY record_type) s")
+  [[ "$kinds" == *CHANGE* && "$kinds" == *BULK_IMAGES* && "$kinds" == *EXTEND* ]] ||
+    { fail change_records_replay "navis records: '$kinds'"; cluster_stop "$sdir"; return; }
+  standby_catch_up "$DIR" "$PORT" "$sdir" "$sport" ||
+    { fail change_records_replay "standby did not catch up"; cluster_stop "$sdir"; return; }
+  local standby; standby=$(cluster_psql "$sdir" "$sport" -At -c "SELECT navis_test_relation_digest('rl'::regclass::oid)")
+  cluster_stop "$sdir"
+  [ -n "$primary" ] && [ "$primary" = "$standby" ] ||
+    { fail change_records_replay "primary '$primary', standby '$standby'"; return; }
+  runuser -u postgres -- "$PGBIN/pg_ctl" -D "$DIR/data" -m immediate -w stop >/dev/null
+  : >"$DIR/server.log"
+  runuser -u postgres -- env -u RUST_BACKTRACE "$PGBIN/pg_ctl" -D "$DIR/data" -l "$DIR/server.log" -w start >/dev/null
+  local redo_from; redo_from=$(sed -n 's/.*redo starts at \([0-9A-F/]*\).*/\1/p' "$DIR/server.log")
+  [ -n "$redo_from" ] && [ "$(val "SELECT '$redo_from'::pg_lsn <= '$before'::pg_lsn")" = t ] ||
+    { fail change_records_replay "recovery did not replay the changes (redo from '$redo_from', changes from $before)"; return; }
+  local recovered; recovered=$(val "SELECT navis_test_relation_digest('rl'::regclass::oid)")
+  sql -c "DROP TABLE rl" -c "ALTER SYSTEM RESET checkpoint_timeout" -c "SELECT pg_reload_conf()" >/dev/null
+  [ "$recovered" = "$primary" ] ||
+    { fail change_records_replay "after crash recovery '$recovered', before '$primary'"; return; }
+  echo "ok       change_records_replay (records: $kinds; $primary on the primary, the standby and after crash recovery)"
+}
+
+# The cluster tests use two test-only SQL functions (src/test_functions.rs) as well.
+export PATH="${HOME:-/root}/.cargo/bin:$PATH"
+cargo pgrx install --pg-config "$PGBIN/pg_config" --features test_functions >/dev/null
 cluster_start "$DIR" "$PORT" "shared_preload_libraries = 'navis'"
 trap 'cluster_stop "$DIR"' EXIT
 sql -c "CREATE EXTENSION navis"

@@ -23,6 +23,8 @@ mod scan;
 mod shmem;
 mod sidefiles;
 mod stats;
+#[cfg(feature = "test_functions")]
+mod test_functions;
 mod vacuum;
 mod vector_sql;
 mod wal;

@@ -26,7 +26,10 @@
 //! Both types may only be used on the backend's own thread: they refuse compute threads.
 
 // Used by the access method from stage 3c of RFC 0001 on; tested by pg_test until then.
-#![cfg_attr(not(any(test, feature = "pg_test")), allow(dead_code))]
+#![cfg_attr(
+    not(any(test, feature = "pg_test", feature = "test_functions")),
+    allow(dead_code)
+)]
 
 use crate::relstore::{self, BLOCK_SIZE};
 use crate::wal;

@@ -13,7 +13,10 @@
 //! own thread: every method refuses to run on another thread.
 
 // Used by the build from stage 3 of RFC 0001 on; tested by pg_test until then.
-#![cfg_attr(not(any(test, feature = "pg_test")), allow(dead_code))]
+#![cfg_attr(
+    not(any(test, feature = "pg_test", feature = "test_functions")),
+    allow(dead_code)
+)]
 
 use crate::relstore::{self, BLOCK_SIZE};
 use navis_engine::storage::StorageError;
