@@ -3,20 +3,15 @@
 //! reads a committed relation's pages through shared_buffers for the engine (opening an
 //! index, re-reading the extent map).
 //!
-//! A change is applied in two steps, in this order:
-//!
-//! 1. its **bulk pages** (a fresh edge page; the vector pages of a new vertex's slot, read,
-//!    changed and written back under a page lock since neighbouring slots share them) are
-//!    logged as `BULK_IMAGES` and written around shared_buffers (`relstore`);
-//! 2. its **buffer-managed pages** (indirection, codes, promotions) are changed in their
-//!    buffers, in block order, inside one critical section with one `CHANGE` record
-//!    (`wal::change`) whose redo runs the same engine functions.
-//!
-//! Nothing points at a bulk page or slot until step 2 does, and the allocator is derived
-//! from the indirection entries, so a crash between the steps leaves free space, never a
-//! dangling pointer. Pages are computed outside the critical section (the engine's functions
-//! can fail on a corrupt page) and only copied into the buffers inside it.
-//!
+//! Each change is one `CHANGE` record (`wal::change`) whose block references are every page
+//! it touches: the buffer-managed pages (indirection, codes, promotions) changed in their
+//! buffers, and the bulk pages (a fresh edge page, always logged whole; the vector pages of a
+//! new vertex's slot, read-modify-written under a page lock since neighbouring slots share
+//! them, logged whole only on their first change after a checkpoint, as PostgreSQL decides
+//! for buffers) written around shared_buffers right after the record (RFC 0001 §5). Pages are
+//! computed outside the critical section (the engine's functions can fail on a corrupt page)
+//! and only copied into the buffers inside it; redo runs the same engine functions.
+
 //! Growth: a change that names a page beyond the extent map's runs grows the relation under
 //! the relation extension lock: zero blocks (`EXTEND`), then the extent-map pages (and the
 //! metapage when the map needs another page) rewritten in their buffers and logged as
@@ -275,37 +270,12 @@ impl PgLog {
         }
     }
 
-    /// Step 1: one bulk page, logged and written around shared_buffers.
-    fn write_bulk(&self, change: &Change<'_>, at: PageRef, block: u32) -> Result<(), StorageError> {
-        let mut page = vec![0u8; BLOCK_SIZE];
-        if at.kind == PageKind::Edge {
-            apply::apply(&self.geometry, change, &mut page, at, block)?;
-            relstore::write_bulk_pages(self.rel, block, &mut page);
-            return Ok(());
-        }
-        // A vector page holds other vertices' slots: read, change and write it back while
-        // no other backend can (a heavyweight page lock, released at ERROR too).
-        // SAFETY: LockPage/UnlockPage on the open relation.
-        unsafe { pg_sys::LockPage(self.rel, block, pg_sys::ExclusiveLock as i32) };
-        relstore::read_block(self.rel, block, &mut page);
-        let applied = apply::apply(&self.geometry, change, &mut page, at, block);
-        if applied.is_ok() {
-            relstore::write_bulk_pages(self.rel, block, &mut page);
-        }
-        // SAFETY: taken above.
-        unsafe { pg_sys::UnlockPage(self.rel, block, pg_sys::ExclusiveLock as i32) };
-        applied
-    }
-
-    /// Step 2: the buffer-managed pages in one critical section and one CHANGE record.
-    fn write_buffered(
+    /// Writes one change: all its pages in one `CHANGE` record (module documentation).
+    fn write_change(
         &self,
         change: &Change<'_>,
         refs: &[(PageRef, u32)],
     ) -> Result<(), StorageError> {
-        if refs.is_empty() {
-            return Ok(());
-        }
         if refs.len() > pg_sys::XLR_MAX_BLOCK_ID as usize + 1 {
             return Err(StorageError::invalid(format!(
                 "a navis change touches {} pages, one record holds {}",
@@ -313,8 +283,19 @@ impl PgLog {
                 pg_sys::XLR_MAX_BLOCK_ID + 1
             )));
         }
-        // Lock in block order, so that two backends never wait for each other.
-        let mut order: Vec<usize> = (0..refs.len()).collect();
+        let is_bulk = |k: PageKind| matches!(k, PageKind::Edge | PageKind::Vector);
+        // Locks in block order, page locks (vector pages, read-modify-written around the
+        // buffer manager) before buffer locks, so that two backends never wait for each other.
+        let mut vector_blocks: Vec<u32> = refs
+            .iter()
+            .filter(|r| r.0.kind == PageKind::Vector)
+            .map(|r| r.1)
+            .collect();
+        vector_blocks.sort_unstable();
+        vector_blocks.dedup();
+        let mut order: Vec<usize> = (0..refs.len())
+            .filter(|&i| !is_bulk(refs[i].0.kind))
+            .collect();
         order.sort_by_key(|&i| refs[i].1);
         let needs_wal = wal::relation_needs_wal(self.rel);
         let data = wal::change::encode(
@@ -322,25 +303,30 @@ impl PgLog {
             change,
             &refs.iter().map(|r| r.0).collect::<Vec<_>>(),
         );
-        if needs_wal {
-            // SAFETY: outside any critical section, as XLogEnsureRecordSpace requires.
-            unsafe { pg_sys::XLogEnsureRecordSpace(refs.len() as i32 - 1, 0) };
-        }
-        // SAFETY: every buffer is pinned and exclusively locked from before its new contents
-        // are computed until after the record is inserted; the critical section only copies
-        // the computed pages and calls the WAL insertion, which cannot fail short of a PANIC.
+        // SAFETY: page locks and buffer pins/locks are taken here and released before
+        // returning (and by the transaction's cleanup on ERROR); every page is computed
+        // before the critical section, which only copies pages and inserts the record.
         unsafe {
+            for &b in &vector_blocks {
+                pg_sys::LockPage(self.rel, b, pg_sys::ExclusiveLock as i32);
+            }
             let mut buffers = vec![pg_sys::InvalidBuffer as pg_sys::Buffer; refs.len()];
             for &i in &order {
                 buffers[i] = pg_sys::ReadBuffer(self.rel, refs[i].1);
                 pg_sys::LockBuffer(buffers[i], pg_sys::BUFFER_LOCK_EXCLUSIVE as i32);
             }
-            let mut computed = Vec::with_capacity(refs.len());
+            let mut computed: Vec<Vec<u8>> = Vec::with_capacity(refs.len());
             let mut failed = None;
             for (i, &(at, block)) in refs.iter().enumerate() {
                 let mut page = vec![0u8; BLOCK_SIZE];
-                let src = pg_sys::BufferGetPage(buffers[i]) as *const u8;
-                std::ptr::copy_nonoverlapping(src, page.as_mut_ptr(), BLOCK_SIZE);
+                match at.kind {
+                    PageKind::Edge => {} // written whole
+                    PageKind::Vector => relstore::read_block(self.rel, block, &mut page),
+                    _ => {
+                        let src = pg_sys::BufferGetPage(buffers[i]) as *const u8;
+                        std::ptr::copy_nonoverlapping(src, page.as_mut_ptr(), BLOCK_SIZE);
+                    }
+                }
                 if let Err(e) = apply::apply(&self.geometry, change, &mut page, at, block) {
                     failed = Some(e);
                     break;
@@ -348,32 +334,124 @@ impl PgLog {
                 computed.push(page);
             }
             if failed.is_none() {
-                pg_sys::CritSectionCount += 1;
-                for (i, page) in computed.iter().enumerate() {
+                self.log_and_write(refs, &buffers, &mut computed, &data, needs_wal);
+            }
+            for &buf in &buffers {
+                if buf != pg_sys::InvalidBuffer as pg_sys::Buffer {
+                    pg_sys::UnlockReleaseBuffer(buf);
+                }
+            }
+            for &b in &vector_blocks {
+                pg_sys::UnlockPage(self.rel, b, pg_sys::ExclusiveLock as i32);
+            }
+            failed.map_or(Ok(()), Err)
+        }
+    }
+
+    /// The record and the writes of a computed change (RFC 0001 §5): buffers changed and the
+    /// record inserted in one critical section, then the bulk pages stamped and written
+    /// around the buffer manager, all inside the checkpoint delay. A vector page whose record
+    /// carries its full image (its first change since the checkpoint) holds other vertices'
+    /// slots, so WAL is flushed first: a torn write of it can then always be repaired. An
+    /// edge page needs no flush: until the record is durable nothing points at it.
+    ///
+    /// # Safety
+    /// `buffers[i]` is pinned and exclusively locked for every buffer-managed `refs[i]`, and
+    /// the caller holds the page lock of every vector page.
+    unsafe fn log_and_write(
+        &self,
+        refs: &[(PageRef, u32)],
+        buffers: &[pg_sys::Buffer],
+        computed: &mut [Vec<u8>],
+        data: &[u8],
+        needs_wal: bool,
+    ) {
+        // SAFETY: per the function's contract.
+        unsafe {
+            if needs_wal {
+                // Outside any critical section, as it requires.
+                pg_sys::XLogEnsureRecordSpace(refs.len() as i32 - 1, 0);
+            }
+            let redo = pg_sys::GetRedoRecPtr();
+            let flush_first = refs
+                .iter()
+                .zip(computed.iter())
+                .any(|(r, page)| r.0.kind == PageKind::Vector && pages::lsn(page) <= redo);
+            let mut node = (*self.rel).rd_node;
+            (*pg_sys::MyProc).delayChkptFlags |= pg_sys::DELAY_CHKPT_START as i32;
+            pg_sys::CritSectionCount += 1;
+            for (i, page) in computed.iter().enumerate() {
+                if buffers[i] != pg_sys::InvalidBuffer as pg_sys::Buffer {
                     let dst = pg_sys::BufferGetPage(buffers[i]) as *mut u8;
                     std::ptr::copy_nonoverlapping(page.as_ptr(), dst, BLOCK_SIZE);
                     pg_sys::MarkBufferDirty(buffers[i]);
                 }
-                if needs_wal {
-                    pg_sys::XLogBeginInsert();
-                    pg_sys::XLogRegisterData(
-                        data.as_ptr() as *mut std::ffi::c_char,
-                        data.len() as i32,
-                    );
-                    for (i, &buf) in buffers.iter().enumerate() {
-                        pg_sys::XLogRegisterBuffer(i as u8, buf, pg_sys::REGBUF_STANDARD as u8);
+            }
+            let mut lsn = 0;
+            if needs_wal {
+                pg_sys::XLogBeginInsert();
+                pg_sys::XLogRegisterData(data.as_ptr() as *mut std::ffi::c_char, data.len() as i32);
+                for (i, (at, block)) in refs.iter().enumerate() {
+                    match at.kind {
+                        PageKind::Edge | PageKind::Vector => {
+                            // A fresh edge page is always logged whole (redo writes it
+                            // whole); a vector page as PostgreSQL decides from its LSN.
+                            let flags = if at.kind == PageKind::Edge {
+                                pg_sys::REGBUF_FORCE_IMAGE | pg_sys::REGBUF_STANDARD
+                            } else {
+                                pg_sys::REGBUF_STANDARD
+                            };
+                            pg_sys::XLogRegisterBlock(
+                                i as u8,
+                                &mut node,
+                                pg_sys::ForkNumber::MAIN_FORKNUM,
+                                *block,
+                                computed[i].as_mut_ptr().cast(),
+                                flags as u8,
+                            );
+                        }
+                        _ => pg_sys::XLogRegisterBuffer(
+                            i as u8,
+                            buffers[i],
+                            pg_sys::REGBUF_STANDARD as u8,
+                        ),
                     }
-                    let lsn = pg_sys::XLogInsert(wal::RM_NAVIS_ID, wal::change::XLOG_NAVIS_CHANGE);
-                    for &buf in &buffers {
+                }
+                lsn = pg_sys::XLogInsert(wal::RM_NAVIS_ID, wal::change::XLOG_NAVIS_CHANGE);
+                for &buf in buffers {
+                    if buf != pg_sys::InvalidBuffer as pg_sys::Buffer {
                         wal::page_set_lsn(pg_sys::BufferGetPage(buf), lsn);
                     }
                 }
-                pg_sys::CritSectionCount -= 1;
             }
-            for &buf in &buffers {
-                pg_sys::UnlockReleaseBuffer(buf);
-            }
-            failed.map_or(Ok(()), Err)
+            pg_sys::CritSectionCount -= 1;
+            let rel = self.rel;
+            let computed = std::panic::AssertUnwindSafe(computed);
+            pgrx::PgTryBuilder::new(move || {
+                let mut computed = computed;
+                if needs_wal && flush_first {
+                    pg_sys::XLogFlush(lsn);
+                }
+                let smgr = pg_sys::RelationGetSmgr(rel);
+                for (i, (at, block)) in refs.iter().enumerate() {
+                    if matches!(at.kind, PageKind::Edge | PageKind::Vector) {
+                        let page = computed[i].as_mut_ptr();
+                        if needs_wal {
+                            wal::page_set_lsn(page.cast(), lsn);
+                        }
+                        relstore::write_block_at(
+                            smgr,
+                            pg_sys::ForkNumber::MAIN_FORKNUM,
+                            *block,
+                            page.cast(),
+                        );
+                    }
+                }
+            })
+            .finally(|| {
+                (*pg_sys::MyProc).delayChkptFlags &= !(pg_sys::DELAY_CHKPT_START as i32);
+            })
+            .execute();
         }
     }
 
@@ -381,14 +459,8 @@ impl PgLog {
         check_thread(self.owner)?;
         let refs = apply::footprint(&self.geometry, change);
         let blocks = self.blocks(&refs)?;
-        let mut buffered = Vec::new();
-        for (&at, &block) in refs.iter().zip(&blocks) {
-            match at.kind {
-                PageKind::Edge | PageKind::Vector => self.write_bulk(change, at, block)?,
-                _ => buffered.push((at, block)),
-            }
-        }
-        self.write_buffered(change, &buffered)
+        let refs: Vec<(PageRef, u32)> = refs.into_iter().zip(blocks).collect();
+        self.write_change(change, &refs)
     }
 }
 

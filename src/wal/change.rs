@@ -3,14 +3,13 @@
 //! functions (`navis_engine::relation::apply`), so the primary, plain-file stores and redo
 //! cannot disagree about what a change does to a page.
 //!
-//! A change's bulk pages (a fresh edge page, the vector pages of a new vertex's slot) are
-//! written first as `BULK_IMAGES`; nothing makes them reachable until this record's
-//! indirection entries do, and the allocator is derived from those entries, so a crash
-//! between the two leaves only a free page or id (RFC 0001 §10).
-//!
-//! Block references 0..n-1 (n ≤ 32): the indirection, code and promotion pages of the
-//! change's footprint, registered `REGBUF_STANDARD` (full-page images as PostgreSQL decides).
-//! Main data, little-endian:
+//! One record holds the whole change, so it is atomic: its block references are every page
+//! of the change's footprint, in footprint order. Buffer-managed pages (indirection, codes,
+//! promotions) are registered `REGBUF_STANDARD`. Bulk pages, which never enter
+//! shared_buffers, are registered with `XLogRegisterBlock`: a fresh edge page with
+//! `REGBUF_FORCE_IMAGE` (redo writes it whole, which also repairs a torn write), a vector page
+//! `REGBUF_STANDARD` (an image on its first change after a checkpoint, otherwise only the
+//! slot, which the main data carries). Main data, little-endian:
 //!
 //! | offset | size | field |
 //! |---|---|---|
@@ -31,8 +30,10 @@
 //! - delete flags, free: count (u32), vertex ids (u32 each);
 //! - promote: stream offset (u64), length (u32), the record's bytes.
 //!
-//! Redo: for each block reference, `XLogReadBufferForRedo`; when it says `BLK_NEEDS_REDO`,
-//! `apply::apply` on the page (formatting it first if it is new), then the record's LSN.
+//! Redo, per block reference: a buffer-managed page through `XLogReadBufferForRedo` and, when
+//! it says `BLK_NEEDS_REDO`, `apply::apply` on it (formatting it first if it is new); a bulk
+//! page from its image if the record has one, else read from disk and applied unless its LSN
+//! already covers the record, then written with smgr after `XLogFlush` (minRecoveryPoint).
 //! Idempotent like every `apply`.
 
 use navis_engine::pages::edge::EdgeLayout;
