@@ -1,8 +1,8 @@
 // The engine's write seam on a PostgreSQL relation (RFC 0001 stage 3c, src/pglog.rs), inside a
 // real server: an index built into a relation through PgStore, opened through its buffers,
 // takes inserts, deletes and a consolidation through PgLog. The relation must then decode
-// strictly and equal the engine's runtime copy; the WAL must hold one CHANGE record per
-// change, each of which must round-trip through its encoding; and the WAL volume per
+// strictly and equal the engine's runtime copy; the WAL must hold the CHANGE records of every
+// kind of change, each of which must round-trip through its encoding; and the WAL volume per
 // insert is reported.
 
 // (Included into the `tests` module after pgrx_tests.rs: names here must not repeat
@@ -92,7 +92,7 @@ fn pg_log_changes_reach_the_relation_and_the_wal() {
     }
     drop(reader);
     let insert_records = navis_wal_since(&start_lsn);
-    let insert_bytes: i64 = insert_records.iter().map(|r| r.2).sum();
+    let insert_bytes: i64 = insert_records.iter().filter(|r| r.0 == "CHANGE").map(|r| r.2).sum();
     let dead = |t: HeapTid| (t.block * 40 + t.offset as u32 - 1).is_multiple_of(3);
     index.bulk_delete(dead, &|| false).unwrap();
     let report = index.consolidate(&locks, &|| false).unwrap();
@@ -119,13 +119,13 @@ fn pg_log_changes_reach_the_relation_and_the_wal() {
     assert_eq!(kinds("VECTOR"), inserted, "{records:?}");
     assert!(kinds("EDGE_PAGE") >= inserted);
     assert!(kinds("DELETE_FLAGS") >= 1 && kinds("FREE") >= 1);
-    // One record per change: bulk pages ride in the CHANGE records, growth adds EXTEND.
-    assert!(records.iter().all(|r| r.0 == "CHANGE" || r.0 == "EXTEND"), "{records:?}");
+    // (pgrx runs tests in parallel in one server, so the WAL also holds other tests' records:
+    // only CHANGE records, which no other test writes, are counted.)
     assert!(records.iter().any(|r| r.0 == "EXTEND"));
     pgrx::notice!(
         "PgLog: {inserted} inserts into {built} x {DIM}-d wrote {insert_bytes} navis WAL bytes ({} per insert) in {} records",
         insert_bytes / inserted as i64,
-        insert_records.len()
+        insert_records.iter().filter(|r| r.0 == "CHANGE").count()
     );
 
     drop(index);
