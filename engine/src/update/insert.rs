@@ -15,9 +15,11 @@
 //!    vertex stripes, take each list as it is now (the copy read while seeking if the
 //!    indirection still points where it was read, else one page read), write the page,
 //!    publish (the new vertex) or relocate (the neighbours) through the indirection table,
-//!    retire the old slots, unlock. So an insert writes `ceil(lists / slots_per_page)`
-//!    edge pages and one vector slot, never rewrites a page that holds other current
-//!    lists, and holds at most `slots_per_page` stripes at a time.
+//!    retire the old slots, unlock. The free slots of the last page take, unchanged, the
+//!    current lists of sparse pages this insert saw, which then become free (absorption,
+//!    `compact` module). So an insert writes `ceil(lists / slots_per_page)` edge pages and
+//!    one vector slot, never rewrites a page that holds other current lists, and holds at
+//!    most `slots_per_page` stripes at a time.
 //!
 //! An error before the new vertex is published (with the last group) returns its id to the
 //! free list; back-edges already written to it then point at a free id, which readers skip.
