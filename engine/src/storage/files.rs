@@ -247,9 +247,10 @@ impl IndexFiles {
                 self.manifest.pq_bytes
             )));
         }
-        // Grow by a quarter at least, so that growth is rare and its cost amortised.
+        // Grow by an eighth at least, so that growth is rare and its cost amortised while
+        // the unused capacity (vector slots, codes, entries) stays within 12.5% of the index.
         let current = self.indirection.capacity();
-        let target = IndirectionTable::capacity_for(vertices.max(current + current / 4))
+        let target = IndirectionTable::capacity_for(vertices.max(current + current / 8))
             .min(self.max_vertices());
         let path = self.dir.join(names::PQ_CODES);
         self.pq_file

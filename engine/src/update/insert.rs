@@ -15,15 +15,18 @@
 //!    vertex stripes, take each list as it is now (the copy read while seeking if the
 //!    indirection still points where it was read, else one page read), write the page,
 //!    publish (the new vertex) or relocate (the neighbours) through the indirection table,
-//!    retire the old slots, unlock. So an insert writes `ceil(lists / slots_per_page)`
-//!    edge pages and one vector slot, never rewrites a page that holds other current
-//!    lists, and holds at most `slots_per_page` stripes at a time.
+//!    retire the old slots, unlock. The free slots of the last page take, unchanged, the
+//!    current lists of sparse pages this insert saw, which then become free (absorption,
+//!    `compact` module). So an insert writes `ceil(lists / slots_per_page)` edge pages and
+//!    one vector slot, never rewrites a page that holds other current lists, and holds at
+//!    most `slots_per_page` stripes at a time.
 //!
 //! An error before the new vertex is published (with the last group) returns its id to the
 //! free list; back-edges already written to it then point at a free id, which readers skip.
 //! The index is consistent at every step (a missing edge costs recall, not correctness).
 
 use super::alloc::{allocate_vertex, release_vertex};
+use super::compact::Absorption;
 use super::locks::{StripeGuard, WriteLocks};
 use super::log::{IndexLog, VectorChange};
 use super::vectors::VectorCache;
@@ -75,6 +78,9 @@ pub struct InsertReport {
     /// Edge pages read again because a neighbour's list moved after it was read.
     pub pages_reread: u64,
     pub lists_written: u64,
+    /// Unchanged lists moved into the room left on this insert's pages, each from a page
+    /// that became free by it (`compact` module).
+    pub lists_absorbed: u64,
     pub pages_written: u64,
     /// Distinct pages the modified lists were on before the insert: what an in-place
     /// update would have rewritten (plus the new vertex's page).
@@ -214,6 +220,14 @@ impl Index {
         let mut old_pages: Vec<u32> = Vec::new();
         let mut displaced: Vec<VertexId> = Vec::new();
         for group in lists.chunks(spp) {
+            // A page with room left takes the lists of pages that then become free.
+            let plan = if group.len() < spp {
+                let seen = recorded.values().map(|(at, _)| at.page);
+                self.absorption_plan(group, seen, spp - group.len())
+                    .unwrap_or_default()
+            } else {
+                Absorption::new()
+            };
             let outcome = self.write_group(
                 log,
                 locks,
@@ -222,6 +236,7 @@ impl Index {
                 tid,
                 &neighbours,
                 &recorded,
+                &plan,
                 &mut vectors,
                 &mut report,
                 &mut old_pages,
@@ -274,6 +289,7 @@ impl Index {
         tid: HeapTid,
         v_list: &[VertexId],
         recorded: &HashMap<VertexId, (EdgeLocation, Vec<VertexId>)>,
+        plan: &Absorption,
         vectors: &mut VectorCache<'_>,
         report: &mut InsertReport,
         old_pages: &mut Vec<u32>,
@@ -284,7 +300,12 @@ impl Index {
         let max_degree = layout.max_degree();
         let alpha = files.manifest().params.alpha;
         let prune = prune_metric(self.metric());
-        let _stripes = StripeGuard::lock(locks, group);
+        let locked: Vec<VertexId> = group
+            .iter()
+            .copied()
+            .chain(plan.iter().map(|&(u, _)| u))
+            .collect();
+        let _stripes = StripeGuard::lock(locks, &locked);
 
         let mut changes: Vec<ListChange> = Vec::new();
         let mut page_buf = vec![0u8; layout.page_size()];
@@ -349,11 +370,19 @@ impl Index {
         if changes.is_empty() {
             return Ok(());
         }
+        let absorbed_from = changes.len();
+        let absorbed = self.absorb(plan, &mut changes, layout.slots_per_page(), &mut page_buf)?;
 
         write_lists(files, log, locks, &changes, tid)?;
         report.pages_written += 1;
-        report.lists_written += changes.len() as u64;
-        old_pages.extend(changes.iter().filter_map(|c| c.old).map(|l| l.page));
+        report.lists_written += absorbed_from as u64;
+        report.lists_absorbed += absorbed as u64;
+        old_pages.extend(
+            changes[..absorbed_from]
+                .iter()
+                .filter_map(|c| c.old)
+                .map(|l| l.page),
+        );
         Ok(())
     }
 }

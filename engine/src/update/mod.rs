@@ -7,6 +7,7 @@
 //! docs/architecture.md for how the PostgreSQL layer wires them.
 
 pub mod alloc;
+mod compact;
 pub mod insert;
 pub mod locks;
 pub mod log;
@@ -17,6 +18,7 @@ pub mod verify;
 pub mod write;
 
 pub use alloc::{recover, Recovery};
+pub use compact::{COMPACT_WHEN_OVER, MAX_ABSORBED_PAGES};
 pub use insert::{InsertParams, InsertReport};
 pub use locks::{LocalLocks, WriteLocks};
 pub use log::{EdgePageChange, IndexLog, PlacedList, SideFileLog, VectorChange};

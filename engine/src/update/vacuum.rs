@@ -14,7 +14,7 @@
 //!    the result to the degree; repaired lists are written out of place like an insert's;
 //! 3. the deleted vertices are freed: their ids (with vector slots and PQ codes) go on the
 //!    free-vertex list, their edge slots are retired;
-//! 4. pages left less than half full are compacted: their current lists move, unchanged, to
+//! 4. sparse pages are compacted (`compact` module): their current lists move, unchanged, to
 //!    fresh dense pages, and the emptied pages join the free-page list;
 //! 5. live vertices that only deleted vertices led to (and that the repairs did not
 //!    reconnect) are linked from the nearest reachable vertex a search finds for them.
@@ -245,7 +245,7 @@ impl Index {
         }
         state.count(Counter::VerticesFreed, report.vertices_freed);
 
-        // 4. Compact pages left less than half full.
+        // 4. Compact sparse pages (`compact` module).
         self.compact(log, locks, cancel, &mut report)?;
 
         // 5. Vertices whose every path from the entry points ran through deleted vertices
@@ -289,7 +289,9 @@ impl Index {
 
     /// Restores reachability without consolidating: the VACUUM of a table that had inserts
     /// but too few deletes to consolidate. Insert back-edge pruning can leave a vertex
-    /// without any path from the entry points; this finds and links such vertices. Skipped
+    /// without any path from the entry points; this finds and links such vertices. When the
+    /// edge pages in use are sparse ([`Index::edge_pages_sparse`]) it compacts them first.
+    /// Skipped
     /// (returns `None`) when no insert happened since the last time.
     pub fn reconnect(
         &self,
@@ -304,9 +306,15 @@ impl Index {
         let log = self.log()?;
         let log: &dyn IndexLog = &*log;
         let mut report = ConsolidateReport::default();
+        // Inserts' pages that absorption could not keep dense (`compact` module).
+        if self.edge_pages_sparse() {
+            self.compact(log, locks, cancel, &mut report)?;
+            state.count(Counter::ListsCompacted, report.lists_compacted);
+        }
         self.reconnect_unreachable(log, locks, cancel, &mut report)?;
         state.count(Counter::OrphansLinked, report.orphans_linked);
         state.set_counter(Counter::InsertsAtLastReconnect, inserts);
+        report.free_pages_after = state.get(Field::FreePageCount) as u64;
         Ok(Some(report))
     }
 
@@ -523,79 +531,5 @@ impl Index {
         };
         write_lists(files, log, locks, &[change], HeapTid::default())?;
         Ok(true)
-    }
-
-    /// Moves the current lists of pages at most half full to fresh pages.
-    fn compact(
-        &self,
-        log: &dyn IndexLog,
-        locks: &dyn WriteLocks,
-        cancel: &dyn Fn() -> bool,
-        report: &mut ConsolidateReport,
-    ) -> Result<(), IndexError> {
-        let files = self.files();
-        let layout = files.edge_layout();
-        let spp = layout.slots_per_page();
-        let state = files.state();
-        let table = files.indirection();
-        let pages = state.get(Field::EdgePages);
-        let sparse: Vec<u32> = (0..pages)
-            .filter(|&p| {
-                let live = state.page_live(p).load(Ordering::Acquire) as usize;
-                live > 0 && live * 2 <= spp
-            })
-            .collect();
-        // Moving lists off fewer than two sparse pages cannot free anything.
-        if sparse.len() < 2 {
-            return Ok(());
-        }
-        let sparse_set: HashSet<u32> = sparse.iter().copied().collect();
-        let mut movers: Vec<VertexId> = Vec::new();
-        let mut page = vec![0u8; layout.page_size()];
-        for &p in &sparse {
-            if files.read_edge_page(p, &mut page).is_err() {
-                continue;
-            }
-            for s in 0..spp {
-                let slot = layout.slot(&page, s);
-                if !slot.is_free()
-                    && table.entry(slot.owner()).map(|e| e.edge)
-                        == Some(EdgeLocation {
-                            page: p,
-                            slot: s as u16,
-                        })
-                {
-                    movers.push(slot.owner());
-                }
-            }
-        }
-        let mut page_buf = vec![0u8; files.edge_layout().page_size()];
-        for group in movers.chunks(spp) {
-            if cancel() {
-                return Err(interrupted());
-            }
-            let _stripes = StripeGuard::lock(locks, group);
-            let mut changes = Vec::with_capacity(group.len());
-            for &u in group {
-                let Some(entry) = table.entry(u) else {
-                    continue;
-                };
-                if !sparse_set.contains(&entry.edge.page) {
-                    continue; // moved by an insert meanwhile
-                }
-                let list = read_current_list(files, u, entry.edge, &mut page_buf)?;
-                changes.push(ListChange {
-                    vertex: u,
-                    list,
-                    old: Some(entry.edge),
-                });
-            }
-            if !changes.is_empty() {
-                write_lists(files, log, locks, &changes, HeapTid::default())?;
-                report.pages_written += 1;
-                report.lists_compacted += changes.len() as u64;
-            }
-        }
-        Ok(())
     }
 }
