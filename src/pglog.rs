@@ -28,11 +28,11 @@
 
 use crate::relstore::{self, BLOCK_SIZE};
 use crate::wal;
-use navis_engine::pages::extent::{run_len, ExtentMap, ENTRIES_PER_PAGE};
-use navis_engine::pages::meta::{Meta, MAX_EXTENT_MAP_PAGES};
+use navis_engine::pages::extent::{run_len, ExtentMap};
+use navis_engine::pages::meta::Meta;
 use navis_engine::pages::{self, PageKind};
 use navis_engine::relation::apply::{self, Change, Geometry, PageRef};
-use navis_engine::relation::RelationImage;
+use navis_engine::relation::{map_pages, RelationImage};
 use navis_engine::storage::StorageError;
 use navis_engine::store::PageStore;
 use navis_engine::update::{EdgePageChange, IndexLog, VectorChange};
@@ -216,36 +216,13 @@ impl PgLog {
         map: &ExtentMap,
         logged: usize,
     ) -> Result<(), StorageError> {
-        let needed = map.pages_needed();
-        if needed > MAX_EXTENT_MAP_PAGES {
-            return Err(StorageError::invalid(format!(
-                "{needed} extent-map pages; the metapage lists at most {MAX_EXTENT_MAP_PAGES}"
-            )));
-        }
-        let listed = meta.extent_map_pages.len();
-        for i in (logged / ENTRIES_PER_PAGE).min(listed)..needed {
-            let block = match meta.extent_map_pages.get(i) {
-                Some(&b) => b,
-                None => {
-                    let b = relstore::nblocks(self.rel);
-                    relstore::extend_zeroed(self.rel, b + 1);
-                    meta.extent_map_pages.push(b);
-                    b
-                }
-            };
-            let mut page = vec![0u8; BLOCK_SIZE];
-            pages::init(&mut page, PageKind::ExtentMap, block);
-            pages::set_aux(&mut page, i as u32);
-            map.encode_page(i, &mut page);
-            pages::seal(&mut page);
+        let new_block = || {
+            let b = relstore::nblocks(self.rel);
+            relstore::extend_zeroed(self.rel, b + 1);
+            Ok(b)
+        };
+        for (block, page) in map_pages(meta, map, logged, new_block)? {
             self.replace_buffered(block, &page);
-        }
-        if meta.extent_map_pages.len() != listed {
-            let mut page = vec![0u8; BLOCK_SIZE];
-            pages::init(&mut page, PageKind::Meta, 0);
-            meta.encode(&mut page);
-            pages::seal(&mut page);
-            self.replace_buffered(0, &page);
         }
         Ok(())
     }

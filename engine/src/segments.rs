@@ -40,6 +40,18 @@ pub struct SegmentReader {
     scratch: Vec<AlignedPage>,
 }
 
+/// Segment `segment` of the fork whose first segment file is `base`: `base`, then
+/// `base.1`, `base.2`, ... as PostgreSQL names them.
+pub fn segment_path(base: &Path, segment: u32) -> PathBuf {
+    if segment == 0 {
+        base.to_path_buf()
+    } else {
+        let mut name = base.to_path_buf().into_os_string();
+        name.push(format!(".{segment}"));
+        PathBuf::from(name)
+    }
+}
+
 impl SegmentReader {
     /// Opens segment 0 of the fork at `base` (probing O_DIRECT on it) with PostgreSQL's 1 GiB
     /// segments.
@@ -84,13 +96,7 @@ impl SegmentReader {
     }
 
     fn segment_path(&self, segment: u32) -> PathBuf {
-        if segment == 0 {
-            self.base.clone()
-        } else {
-            let mut name = self.base.clone().into_os_string();
-            name.push(format!(".{segment}"));
-            PathBuf::from(name)
-        }
+        segment_path(&self.base, segment)
     }
 
     /// Opens every segment `blocks` touch (with the same O_DIRECT choice as segment 0).

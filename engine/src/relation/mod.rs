@@ -47,7 +47,7 @@ mod writer;
 pub use image::{Allocator, RelationImage};
 pub use open::{RelationIndex, RelationReader};
 pub use runtime::open_index;
-pub use store_log::StoreLog;
+pub use store_log::{map_pages, StoreLog};
 pub use writer::{RelationWriter, BATCH_BLOCKS};
 
 use crate::index::{build_in_memory, BuildPhase, BuildReport, Cancel, EdgePageFormat};

@@ -158,38 +158,56 @@ impl<S: PageStore> StoreLog<S> {
         map: &ExtentMap,
         logged: usize,
     ) -> Result<(), StorageError> {
-        let needed = map.pages_needed();
-        if needed > MAX_EXTENT_MAP_PAGES {
-            return Err(StorageError::invalid(format!(
-                "{needed} extent-map pages; the metapage lists at most {MAX_EXTENT_MAP_PAGES}"
-            )));
-        }
-        let listed = meta.extent_map_pages.len();
-        let mut page = vec![0u8; BLOCK_SIZE];
-        let first = logged / crate::pages::extent::ENTRIES_PER_PAGE;
-        for i in first.min(listed)..needed {
-            let block = match meta.extent_map_pages.get(i) {
-                Some(&b) => b,
-                None => {
-                    let b = self.store.extend(1)?;
-                    meta.extent_map_pages.push(b);
-                    b
-                }
-            };
-            pages::init(&mut page, PageKind::ExtentMap, block);
-            pages::set_aux(&mut page, i as u32);
-            map.encode_page(i, &mut page);
-            pages::seal(&mut page);
+        for (block, page) in map_pages(meta, map, logged, || self.store.extend(1))? {
             self.store.write_block(block, &page)?;
-        }
-        if meta.extent_map_pages.len() != listed {
-            pages::init(&mut page, PageKind::Meta, 0);
-            meta.encode(&mut page);
-            pages::seal(&mut page);
-            self.store.write_block(0, &page)?;
         }
         Ok(())
     }
+}
+
+/// The pages growth rewrites, in write order: the extent-map pages from the one holding
+/// entry `logged` (the first new run) on, with blocks from `new_block` for pages the map
+/// needs beyond those `meta` lists (added to `meta`), and then, only when the list changed,
+/// the metapage. Shared by every store's growth (`StoreLog`, PostgreSQL's `PgLog`).
+pub fn map_pages(
+    meta: &mut Meta,
+    map: &ExtentMap,
+    logged: usize,
+    mut new_block: impl FnMut() -> Result<u32, StorageError>,
+) -> Result<Vec<(u32, Vec<u8>)>, StorageError> {
+    let needed = map.pages_needed();
+    if needed > MAX_EXTENT_MAP_PAGES {
+        return Err(StorageError::invalid(format!(
+            "{needed} extent-map pages; the metapage lists at most {MAX_EXTENT_MAP_PAGES}"
+        )));
+    }
+    let listed = meta.extent_map_pages.len();
+    let mut out = Vec::new();
+    let first = logged / crate::pages::extent::ENTRIES_PER_PAGE;
+    for i in first.min(listed)..needed {
+        let block = match meta.extent_map_pages.get(i) {
+            Some(&b) => b,
+            None => {
+                let b = new_block()?;
+                meta.extent_map_pages.push(b);
+                b
+            }
+        };
+        let mut page = vec![0u8; BLOCK_SIZE];
+        pages::init(&mut page, PageKind::ExtentMap, block);
+        pages::set_aux(&mut page, i as u32);
+        map.encode_page(i, &mut page);
+        pages::seal(&mut page);
+        out.push((block, page));
+    }
+    if meta.extent_map_pages.len() != listed {
+        let mut page = vec![0u8; BLOCK_SIZE];
+        pages::init(&mut page, PageKind::Meta, 0);
+        meta.encode(&mut page);
+        pages::seal(&mut page);
+        out.push((0, page));
+    }
+    Ok(out)
 }
 
 impl<S: PageStore> IndexLog for StoreLog<S> {

@@ -59,11 +59,7 @@ impl RelationBulk {
     /// Reads bulk block `block` from its segment file.
     fn read_bulk_block(&self, block: u32, out: &mut [u8]) -> Result<(), StorageError> {
         let (segment, offset) = segment_of(block);
-        let path = if segment == 0 {
-            self.fork.clone()
-        } else {
-            PathBuf::from(format!("{}.{segment}", self.fork.display()))
-        };
+        let path = crate::segments::segment_path(&self.fork, segment);
         let mut files = self.segments.lock().unwrap_or_else(|e| e.into_inner());
         if files.len() <= segment as usize {
             files.resize_with(segment as usize + 1, || None);
