@@ -68,7 +68,7 @@ SET maintenance_work_mem = '1GB';  -- the build holds the 60,000 x 784 vectors p
 \timing on
 CREATE INDEX fashion_navis ON fashion USING navis (embedding);
 \timing off
-SELECT pg_size_pretty(pg_relation_size('fashion_navis') + side_file_bytes) AS index_size,
+SELECT pg_size_pretty(pg_relation_size('fashion_navis')) AS index_size,
        vertices, edge_pages, pq_bytes, entrance_vertices
 FROM navis_index_stats('fashion_navis');
 EXPLAIN (COSTS OFF) SELECT id FROM fashion ORDER BY embedding <-> (SELECT embedding FROM fashion_queries WHERE id = 0) LIMIT 10;

@@ -1,8 +1,7 @@
 //! The `navis` index access method: handler, opclass SQL and callbacks.
 //!
-//! The build lives in `build.rs`, ordered scans and the cost model in `scan.rs`, side files
-//! and their lifecycle in `sidefiles.rs`. Inserts and VACUUM are not implemented yet (issue 5)
-//! and raise a clear ERROR.
+//! The build lives in `build.rs`, opening an index in `open.rs`, ordered scans in `scan.rs`,
+//! the cost model in `cost.rs`, inserts in `insert.rs` and VACUUM in `vacuum.rs`.
 
 use crate::errors::raise;
 use navis_engine::Metric;

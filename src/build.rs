@@ -1,27 +1,28 @@
-//! `ambuild`: collect every row's vector and heap TID, build the engine index into a fresh
-//! side directory, and write the metapage.
+//! `ambuild`: collect every row's vector and heap TID, build the engine index, and write it
+//! into the index's own relation (RFC 0001 §7).
 //!
-//! Steps: sweep orphans; scan the heap (rows checked as they arrive, memory bounded by
-//! `maintenance_work_mem`); `navis_engine::index::build_index` into `<relfilenode>.navis.tmp.<pid>`
-//! with `max_parallel_maintenance_workers + 1` compute threads, progress reported to
-//! `pg_stat_progress_create_index` and cancellation polled through `InterruptPending`;
-//! write `navis_build`; rename to `<relfilenode>.navis`; write the WAL-logged metapage;
-//! schedule the index's previous side directories (REINDEX, TRUNCATE, VACUUM FULL) for
-//! removal at commit. See `sidefiles.rs` for the lifecycle.
+//! Steps: scan the heap (rows checked as they arrive, memory bounded by
+//! `maintenance_work_mem`); `navis_engine::relation::build_relation` with
+//! `max_parallel_maintenance_workers + 1` compute threads, progress reported to
+//! `pg_stat_progress_create_index` and cancellation polled through `InterruptPending`; its
+//! pages go into the new relfilenode through [`PgStore`] as `BULK_IMAGES` records, the
+//! metapage (block 0) last. Everything the index has is in its relation: REINDEX, TRUNCATE,
+//! DROP, SET TABLESPACE and CREATE DATABASE handle it as they handle any relation.
 
 use crate::datum::VectorInput;
 use crate::errors::raise;
 use crate::options::BuildOptions;
+use crate::pgstore::PgStore;
 use crate::shmem;
-use crate::sidefiles::{self, BuildFile};
-use navis_engine::index::{build_index, BuildPhase, IndexError, IndexParams};
+use navis_engine::index::{BuildPhase, IndexError, IndexParams};
+use navis_engine::relation::build_relation;
 use navis_engine::storage::HeapTid;
+use navis_engine::store::PageStore;
 use navis_engine::Metric;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use pgrx::{PgMemoryContexts, PgSqlErrorCode};
 use std::ffi::CStr;
-use std::path::Path;
 
 /// Sub-phase numbers shown in `pg_stat_progress_create_index.phase` (1 is PostgreSQL's
 /// "initializing").
@@ -49,7 +50,7 @@ pub unsafe extern "C-unwind" fn ambuildphasename(phase: i64) -> *mut std::ffi::c
         5 => c"building graph",
         6 => c"placing edge lists",
         7 => c"building entrance graph",
-        8 => c"writing side files",
+        8 => c"writing index pages",
         _ => return std::ptr::null_mut(),
     };
     name.as_ptr() as *mut _
@@ -184,14 +185,8 @@ pub unsafe extern "C-unwind" fn ambuild(
 ) -> *mut pg_sys::IndexBuildResult {
     shmem::require("CREATE INDEX ... USING navis");
     // SAFETY: an open index relation has rd_rel and at least one entry in rd_opcintype.
-    let (persistence, type_oid, index_oid, relfilenode) = unsafe {
-        (
-            (*(*index).rd_rel).relpersistence,
-            *(*index).rd_opcintype,
-            (*index).rd_id,
-            (*index).rd_node.relNode.to_u32(),
-        )
-    };
+    let (persistence, type_oid) =
+        unsafe { ((*(*index).rd_rel).relpersistence, *(*index).rd_opcintype) };
     if persistence == pg_sys::RELPERSISTENCE_UNLOGGED as std::ffi::c_char {
         refuse_unlogged();
     }
@@ -206,11 +201,6 @@ pub unsafe extern "C-unwind" fn ambuild(
         )
     };
     let budget = budget_kb * 1024;
-
-    let removed = sidefiles::sweep();
-    if !removed.is_empty() {
-        pgrx::debug1!("navis removed {} orphan side directories", removed.len());
-    }
 
     progress(pg_sys::PROGRESS_CREATEIDX_SUBPHASE, PHASE_SCAN);
     let mut scan = BuildScan {
@@ -268,16 +258,13 @@ pub unsafe extern "C-unwind" fn ambuild(
         ..IndexParams::default()
     };
 
-    let tmp = sidefiles::tmp_dir(index);
-    let final_dir = sidefiles::side_dir(index);
-    let build_id = sidefiles::new_build_id();
-    if tmp.exists() {
-        let _ = std::fs::remove_dir_all(&tmp);
-    }
-    if let Err(e) = std::fs::create_dir(&tmp) {
-        io_error("create the side directory", &tmp, e);
-    }
-    sidefiles::note_created(&tmp);
+    let store = PgStore::for_new_relation(index).unwrap_or_else(|e| {
+        raise(
+            PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+            format!("navis index build: {e}"),
+            None,
+        )
+    });
     let on_progress = |phase: BuildPhase, done: u64, total: u64| {
         // Runs on the calling thread only (engine contract), so it may call PostgreSQL.
         progress(pg_sys::PROGRESS_CREATEIDX_SUBPHASE, phase_number(phase));
@@ -285,68 +272,21 @@ pub unsafe extern "C-unwind" fn ambuild(
         progress(pg_sys::PROGRESS_CREATEIDX_TUPLES_DONE, done as i64);
     };
     let cancel = interrupt_pending;
-    let result = build_index(
-        &tmp,
+    let result = build_relation(
+        &store,
         &scan.vectors,
         &scan.tids,
         &params,
+        new_build_id(),
         &on_progress,
         &cancel,
-    );
+    )
+    .and_then(|built| store.sync().map(|()| built).map_err(IndexError::from));
     drop(std::mem::take(&mut scan.vectors));
-    let report = match result {
-        Ok(r) => r,
-        Err(e) => {
-            let _ = std::fs::remove_dir_all(&tmp);
-            sidefiles::forget_created(&tmp);
-            build_failed(e);
-        }
-    };
-    let build_file = BuildFile {
-        build_id,
-        index_oid: index_oid.to_u32(),
-        relfilenode,
-    };
-    if let Err(e) = sidefiles::write_build_file(&tmp, &build_file) {
-        io_error("write the build file in", &tmp, e);
-    }
-    // Same relfilenode rebuilt in its creating transaction (TRUNCATE of a table created in
-    // this transaction): the old directory is this transaction's own.
-    if final_dir.exists() {
-        let _ = std::fs::remove_dir_all(&final_dir);
-    }
-    if let Err(e) = std::fs::rename(&tmp, &final_dir) {
-        io_error("rename the side directory", &tmp, e);
-    }
-    sidefiles::note_renamed(&tmp, &final_dir);
-    if let Some(parent) = final_dir.parent() {
-        let _ = sidefiles::sync_dir(parent);
-    }
-    let dir_name = final_dir
-        .file_name()
-        .unwrap()
-        .to_string_lossy()
-        .into_owned();
-    let meta = sidefiles::new_metapage(
-        build_id,
-        report.dim as u32,
-        metric.code(),
-        n as u64,
-        &dir_name,
-    );
-    sidefiles::write_metapage(index, &meta);
-
-    // Earlier side directories of this same index (REINDEX, TRUNCATE, VACUUM FULL, CLUSTER,
-    // REINDEX ... TABLESPACE) go when this transaction commits.
-    for f in sidefiles::list_side_dirs() {
-        if f.tmp_pid.is_some() || f.path == final_dir {
-            continue;
-        }
-        if let Some(b) = sidefiles::read_build_file(&f.path) {
-            if b.index_oid == index_oid.to_u32() && b.relfilenode != relfilenode {
-                sidefiles::drop_at_commit(&f.path);
-            }
-        }
+    // A failed build leaves pages in the relation; the transaction aborts and PostgreSQL
+    // removes the relfilenode, so there is nothing to undo here.
+    if let Err(e) = result {
+        build_failed(e);
     }
 
     // SAFETY: alloc0 returns a zeroed IndexBuildResult in the current memory context, which
@@ -371,12 +311,21 @@ pub unsafe extern "C-unwind" fn ambuildempty(_index: pg_sys::Relation) {
     refuse_unlogged()
 }
 
-fn io_error(what: &str, path: &Path, e: std::io::Error) -> ! {
-    raise(
-        PgSqlErrorCode::ERRCODE_IO_ERROR,
-        format!("navis could not {what} \"{}\": {e}", path.display()),
-        None,
-    )
+/// A fresh random build id (never 0): it keys NAVIS-Cache frames and runtime copies, so two
+/// builds of one relfilenode (TRUNCATE of a table created in the same transaction) never
+/// share either.
+fn new_build_id() -> u64 {
+    let mut id = 0u64;
+    // SAFETY: pg_strong_random fills exactly 8 bytes of a local.
+    let ok = unsafe { pg_sys::pg_strong_random(&mut id as *mut u64 as *mut std::ffi::c_void, 8) };
+    if !ok || id == 0 {
+        id = std::process::id() as u64
+            ^ 0x9e37_79b9_7f4a_7c15
+            ^ std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as u64);
+    }
+    id
 }
 
 fn build_failed(e: IndexError) -> ! {

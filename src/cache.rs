@@ -28,12 +28,12 @@ fn configured() -> Option<CacheConfig> {
         guc::CachePolicy::Lru => Policy::Lru,
         guc::CachePolicy::Off => Policy::Off,
     };
-    // With the policy off a one-frame region still carries the miss counters. Frames are
-    // 4 KiB (`CacheConfig::navis`): the side-file edge pages every index has until indexes
-    // move into their relations, whose 8 KiB pages need 8 KiB frames.
+    // With the policy off a one-frame region still carries the miss counters. A frame holds
+    // one edge page of an index's relation: a PostgreSQL block.
+    let frame_size = crate::relstore::BLOCK_SIZE;
     let frames = match policy {
         Policy::Off => 1,
-        _ => PageCache::frames_for_bytes(bytes),
+        _ => PageCache::frames_for_bytes_with(frame_size, bytes),
     };
     if bytes == 0 || frames == 0 {
         return None;
@@ -46,6 +46,7 @@ fn configured() -> Option<CacheConfig> {
             guc::FrozenEvictionSetting::Clock => FrozenEviction::Clock,
         },
         search_promote_hits: guc::CACHE_SEARCH_PROMOTE_HITS.get().max(1) as u32,
+        frame_size,
         ..CacheConfig::navis(frames)
     })
 }

@@ -18,7 +18,6 @@
 //! is small and cheap. Paths without an ORDER BY the index serves are disabled.
 
 use crate::guc;
-use crate::sidefiles;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
@@ -90,7 +89,7 @@ pub unsafe extern "C-unwind" fn amcostestimate(
         }
         let info = (*path).indexinfo;
         let index = pg_sys::index_open((*info).indexoid, pg_sys::NoLock as i32);
-        let dim = sidefiles::read_metapage(index).map_or(0.0, |m| m.dim as f64);
+        let dim = crate::open::read_meta(index).map_or(0.0, |m| m.dim as f64);
         pg_sys::index_close(index, pg_sys::NoLock as i32);
         let shape = ScanShape {
             tuples: (*info).tuples,

@@ -63,7 +63,7 @@ pub fn raise_detail(
 }
 
 /// Raises the `ERROR` for an engine failure while `context` (e.g. `insert into navis index
-/// "x"`): cancellation as the pending cancel, damaged side files as data corruption with a
+/// "x"`): cancellation as the pending cancel, damaged pages as data corruption with a
 /// REINDEX hint, limits and I/O failures with their own SQLSTATEs.
 pub fn raise_index_error(context: &str, e: navis_engine::index::IndexError) -> ! {
     use navis_engine::index::IndexError;
@@ -83,7 +83,7 @@ pub fn raise_index_error(context: &str, e: navis_engine::index::IndexError) -> !
         | IndexError::Storage(StorageError::Version { .. }) => raise(
             PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
             format!("{context}: {e}"),
-            Some("The index's side files are damaged or from another version; REINDEX the index."),
+            Some("The index's pages are damaged or from another navis version; REINDEX the index."),
         ),
         IndexError::Storage(StorageError::Io { .. }) | IndexError::Io(_) => raise(
             PgSqlErrorCode::ERRCODE_IO_ERROR,

@@ -23,7 +23,7 @@ pub static CASR_PERCENTILE_INSERT: GucSetting<f64> = GucSetting::<f64>::new(90.0
 pub static CASR_WARMUP: GucSetting<i32> = GucSetting::<i32>::new(1000);
 /// `navis.casr`: switch CASR off to rerank every explored candidate (ablation).
 pub static CASR_ENABLED: GucSetting<bool> = GucSetting::<bool>::new(true);
-/// `navis.direct_io`: read side files with O_DIRECT (on) or through the page cache (off).
+/// `navis.direct_io`: read edge and vector pages with O_DIRECT (on) or through the page cache (off).
 pub static DIRECT_IO: GucSetting<bool> = GucSetting::<bool>::new(true);
 /// `navis.max_scan_tuples`: bound on rows an ordered scan may produce when the executor keeps
 /// asking for more (LIMIT above the list, or a selective WHERE), like `hnsw.max_scan_tuples`.
@@ -123,7 +123,7 @@ pub fn register() {
     );
     GucRegistry::define_bool_guc(
         c"navis.direct_io",
-        c"Read navis side files with O_DIRECT (on) or through the operating system's page cache (off).",
+        c"Read navis edge and vector pages with O_DIRECT (on) or through the operating system's page cache (off).",
         c"On keeps edge pages and vectors out of the page cache (NAVIS-Cache holds the hot edge \
           pages); off lets the page cache hold them too, which pays when index and table fit in \
           memory (benchmarks/results/compare.md).",
@@ -167,7 +167,7 @@ fn register_cache() {
     GucRegistry::define_int_guc(
         c"navis.cache_size",
         c"Shared memory for NAVIS-Cache, the edge-page cache shared by all navis indexes.",
-        c"navis reads its side files with O_DIRECT, so edge pages not in this cache cost a device \
+        c"navis reads edge pages with O_DIRECT, around shared_buffers, so edge pages not in this cache cost a device \
           read. 0 disables the cache. Needs navis in shared_preload_libraries; takes effect at \
           server start.",
         &CACHE_SIZE_MB,

@@ -5,8 +5,8 @@
 use crate::datum::VectorInput;
 use crate::errors::raise;
 use crate::guc;
-use crate::scan::open_index;
-use crate::sidefiles;
+use crate::open::open_index;
+use crate::runtime;
 use navis_engine::cache::Caller;
 use navis_engine::storage::HeapTid;
 use navis_engine::update::InsertParams;
@@ -50,7 +50,8 @@ pub unsafe extern "C-unwind" fn aminsert(
         return false; // no direction, no cosine distance: left out, as the build does
     }
     let open = open_index(index);
-    let name = || sidefiles::relation_name(index);
+    let _bound = open.bind(index);
+    let name = || runtime::relation_name(index);
     if !open.index.accepts_inserts() {
         raise(
             PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,

@@ -11,17 +11,19 @@ mod build;
 mod cache;
 mod cost;
 mod datum;
+mod drop;
 mod errors;
 mod guc;
 mod insert;
+mod open;
 mod options;
 mod pglog;
 mod pgstore;
 mod pgvector;
 mod relstore;
+mod runtime;
 mod scan;
 mod shmem;
-mod sidefiles;
 mod stats;
 #[cfg(feature = "test_functions")]
 mod test_functions;
@@ -39,7 +41,7 @@ pub extern "C-unwind" fn _PG_init() {
     options::register();
     shmem::request_if_preloading();
     wal::register();
-    sidefiles::register();
+    drop::register();
 }
 
 #[cfg(any(test, feature = "pg_test"))]

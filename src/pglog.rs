@@ -20,12 +20,6 @@
 //!
 //! Both types may only be used on the backend's own thread: they refuse compute threads.
 
-// Used by the access method from stage 3c of RFC 0001 on; tested by pg_test until then.
-#![cfg_attr(
-    not(any(test, feature = "pg_test", feature = "test_functions")),
-    allow(dead_code)
-)]
-
 use crate::relstore::{self, BLOCK_SIZE};
 use crate::wal;
 use navis_engine::pages::extent::{run_len, ExtentMap};
@@ -39,7 +33,8 @@ use navis_engine::update::{EdgePageChange, IndexLog, VectorChange};
 use navis_engine::VertexId;
 use pgrx::pg_sys;
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread::ThreadId;
 
 fn check_thread(owner: ThreadId) -> Result<(), StorageError> {
@@ -55,7 +50,9 @@ fn check_thread(owner: ThreadId) -> Result<(), StorageError> {
 /// Reads of a committed relation's pages for the engine (buffer-managed pages through
 /// shared_buffers, bulk pages from disk); writes are refused (they go through [`PgLog`]).
 pub struct PgBufStore {
-    rel: pg_sys::Relation,
+    /// The open relation of the current access-method call ([`PgBufStore::bind`]); null
+    /// between calls, since a relcache entry may move once its relation is closed.
+    rel: AtomicPtr<pg_sys::RelationData>,
     owner: ThreadId,
 }
 
@@ -69,9 +66,27 @@ impl PgBufStore {
     /// A store over `rel`'s main fork; `rel` must stay open while the store is used.
     pub fn new(rel: pg_sys::Relation) -> PgBufStore {
         PgBufStore {
-            rel,
+            rel: AtomicPtr::new(rel),
             owner: std::thread::current().id(),
         }
+    }
+
+    /// Points the store at `rel` (the same relation, opened for the current call) and
+    /// returns what it pointed at before, for [`PgBufStore::bind`]'s caller to restore.
+    pub fn bind(&self, rel: pg_sys::Relation) -> pg_sys::Relation {
+        self.rel.swap(rel, Ordering::AcqRel)
+    }
+
+    /// The relation bound now, or an error outside an access-method call.
+    fn rel(&self) -> Result<pg_sys::Relation, StorageError> {
+        check_thread(self.owner)?;
+        let rel = self.rel.load(Ordering::Acquire);
+        if rel.is_null() {
+            return Err(StorageError::invalid(
+                "a navis relation was used outside an access-method call",
+            ));
+        }
+        Ok(rel)
     }
 }
 
@@ -89,13 +104,12 @@ fn read_buffered(rel: pg_sys::Relation, block: u32, out: &mut [u8]) {
 
 impl PageStore for PgBufStore {
     fn nblocks(&self) -> Result<u32, StorageError> {
-        check_thread(self.owner)?;
-        Ok(relstore::nblocks(self.rel))
+        Ok(relstore::nblocks(self.rel()?))
     }
 
     fn read_block(&self, block: u32, out: &mut [u8]) -> Result<(), StorageError> {
-        check_thread(self.owner)?;
-        if out.len() != BLOCK_SIZE || block >= relstore::nblocks(self.rel) {
+        let rel = self.rel()?;
+        if out.len() != BLOCK_SIZE || block >= relstore::nblocks(rel) {
             return Err(StorageError::invalid(format!(
                 "block {block} is beyond the relation, or the buffer is not a block"
             )));
@@ -103,13 +117,13 @@ impl PageStore for PgBufStore {
         // Bulk pages are written around shared_buffers, so a buffer of one may be stale:
         // read the block from disk first, and only a page that is not a bulk page (or not
         // written yet) through its buffer, which may be newer than the disk.
-        relstore::read_block(self.rel, block, out);
+        relstore::read_block(rel, block, out);
         let bulk = matches!(
             PageKind::from_u8(pages::kind_code(out)),
             Some(PageKind::Edge | PageKind::Vector)
         );
         if !bulk || pages::is_new(out) {
-            read_buffered(self.rel, block, out);
+            read_buffered(rel, block, out);
         }
         Ok(())
     }
@@ -133,7 +147,8 @@ impl PageStore for PgBufStore {
 
 /// The write seam on an open relation (module documentation).
 pub struct PgLog {
-    rel: pg_sys::Relation,
+    /// The relation, bound per access-method call through the store.
+    store: Arc<PgBufStore>,
     owner: ThreadId,
     geometry: Geometry,
     /// The extent map and the metapage as this backend last read or wrote them.
@@ -146,12 +161,20 @@ unsafe impl Send for PgLog {}
 unsafe impl Sync for PgLog {}
 
 impl PgLog {
-    /// The log of the index in `rel`, which must stay open while the log is used.
+    /// The log of the index in `rel`, which must stay open while the log is used (tests).
+    #[cfg_attr(
+        not(any(test, feature = "pg_test", feature = "test_functions")),
+        allow(dead_code)
+    )]
     pub fn open(rel: pg_sys::Relation) -> Result<PgLog, StorageError> {
-        let store = PgBufStore::new(rel);
-        let (meta, map) = RelationImage::read_layout(&store, Path::new("<navis relation>"))?;
+        Self::over(Arc::new(PgBufStore::new(rel)))
+    }
+
+    /// The log of the index `store` reads: it writes to the relation the store is bound to.
+    pub fn over(store: Arc<PgBufStore>) -> Result<PgLog, StorageError> {
+        let (meta, map) = RelationImage::read_layout(&*store, Path::new("<navis relation>"))?;
         Ok(PgLog {
-            rel,
+            store,
             owner: std::thread::current().id(),
             geometry: Geometry::of(&meta)?,
             layout: Mutex::new((meta, map)),
@@ -164,6 +187,7 @@ impl PgLog {
 
     /// Blocks of `refs`, growing the relation for those beyond the runs.
     fn blocks(&self, refs: &[PageRef]) -> Result<Vec<u32>, StorageError> {
+        let rel = self.store.rel()?;
         let known: Option<Vec<u32>> = {
             let layout = self.layout();
             refs.iter()
@@ -175,25 +199,25 @@ impl PgLog {
         }
         // SAFETY: the extension lock serialises growth with every other backend; it is
         // released on ERROR by the transaction's lock cleanup.
-        unsafe { pg_sys::LockRelationForExtension(self.rel, pg_sys::ExclusiveLock as i32) };
+        unsafe { pg_sys::LockRelationForExtension(rel, pg_sys::ExclusiveLock as i32) };
         let grown = self.grow(refs);
         // SAFETY: taken above.
-        unsafe { pg_sys::UnlockRelationForExtension(self.rel, pg_sys::ExclusiveLock as i32) };
+        unsafe { pg_sys::UnlockRelationForExtension(rel, pg_sys::ExclusiveLock as i32) };
         grown
     }
 
     /// Under the extension lock: re-reads the layout (another backend may have grown the
     /// relation), appends the runs `refs` need, rewrites the extent map.
     fn grow(&self, refs: &[PageRef]) -> Result<Vec<u32>, StorageError> {
-        let store = PgBufStore::new(self.rel);
+        let rel = self.store.rel()?;
         let (mut meta, mut map) =
-            RelationImage::read_layout(&store, Path::new("<navis relation>"))?;
+            RelationImage::read_layout(&*self.store, Path::new("<navis relation>"))?;
         let logged = map.allocation_log().len();
         for r in refs {
             while map.capacity(r.kind) <= r.ordinal {
                 let run = map.runs(r.kind).len() as u32;
-                let first = relstore::nblocks(self.rel);
-                relstore::extend_zeroed(self.rel, first + run_len(run));
+                let first = relstore::nblocks(rel);
+                relstore::extend_zeroed(rel, first + run_len(run));
                 map.push_run(r.kind, first);
             }
         }
@@ -216,24 +240,25 @@ impl PgLog {
         map: &ExtentMap,
         logged: usize,
     ) -> Result<(), StorageError> {
+        let rel = self.store.rel()?;
         let new_block = || {
-            let b = relstore::nblocks(self.rel);
-            relstore::extend_zeroed(self.rel, b + 1);
+            let b = relstore::nblocks(rel);
+            relstore::extend_zeroed(rel, b + 1);
             Ok(b)
         };
         for (block, page) in map_pages(meta, map, logged, new_block)? {
-            self.replace_buffered(block, &page);
+            self.replace_buffered(rel, block, &page);
         }
         Ok(())
     }
 
     /// Replaces a buffer-managed page with `page`, logged as a full-page image.
-    fn replace_buffered(&self, block: u32, page: &[u8]) {
-        let needs_wal = wal::relation_needs_wal(self.rel);
+    fn replace_buffered(&self, rel: pg_sys::Relation, block: u32, page: &[u8]) {
+        let needs_wal = wal::relation_needs_wal(rel);
         // SAFETY: the buffer is pinned and exclusively locked; the critical section keeps a
         // changed page from ever lacking its record (log_newpage_buffer stamps the LSN).
         unsafe {
-            let buf = pg_sys::ReadBuffer(self.rel, block);
+            let buf = pg_sys::ReadBuffer(rel, block);
             pg_sys::LockBuffer(buf, pg_sys::BUFFER_LOCK_EXCLUSIVE as i32);
             pg_sys::CritSectionCount += 1;
             let dst = pg_sys::BufferGetPage(buf) as *mut u8;
@@ -253,6 +278,7 @@ impl PgLog {
         change: &Change<'_>,
         refs: &[(PageRef, u32)],
     ) -> Result<(), StorageError> {
+        let rel = self.store.rel()?;
         if refs.len() > pg_sys::XLR_MAX_BLOCK_ID as usize + 1 {
             return Err(StorageError::invalid(format!(
                 "a navis change touches {} pages, one record holds {}",
@@ -274,7 +300,7 @@ impl PgLog {
             .filter(|&i| !is_bulk(refs[i].0.kind))
             .collect();
         order.sort_by_key(|&i| refs[i].1);
-        let needs_wal = wal::relation_needs_wal(self.rel);
+        let needs_wal = wal::relation_needs_wal(rel);
         let data = wal::change::encode(
             &self.geometry,
             change,
@@ -285,11 +311,11 @@ impl PgLog {
         // before the critical section, which only copies pages and inserts the record.
         unsafe {
             for &b in &vector_blocks {
-                pg_sys::LockPage(self.rel, b, pg_sys::ExclusiveLock as i32);
+                pg_sys::LockPage(rel, b, pg_sys::ExclusiveLock as i32);
             }
             let mut buffers = vec![pg_sys::InvalidBuffer as pg_sys::Buffer; refs.len()];
             for &i in &order {
-                buffers[i] = pg_sys::ReadBuffer(self.rel, refs[i].1);
+                buffers[i] = pg_sys::ReadBuffer(rel, refs[i].1);
                 pg_sys::LockBuffer(buffers[i], pg_sys::BUFFER_LOCK_EXCLUSIVE as i32);
             }
             let mut computed: Vec<Vec<u8>> = Vec::with_capacity(refs.len());
@@ -298,7 +324,7 @@ impl PgLog {
                 let mut page = vec![0u8; BLOCK_SIZE];
                 match at.kind {
                     PageKind::Edge => {} // written whole
-                    PageKind::Vector => relstore::read_block(self.rel, block, &mut page),
+                    PageKind::Vector => relstore::read_block(rel, block, &mut page),
                     _ => {
                         let src = pg_sys::BufferGetPage(buffers[i]) as *const u8;
                         std::ptr::copy_nonoverlapping(src, page.as_mut_ptr(), BLOCK_SIZE);
@@ -311,7 +337,7 @@ impl PgLog {
                 computed.push(page);
             }
             if failed.is_none() {
-                self.log_and_write(refs, &buffers, &mut computed, &data, needs_wal);
+                self.log_and_write(rel, refs, &buffers, &mut computed, &data, needs_wal);
             }
             for &buf in &buffers {
                 if buf != pg_sys::InvalidBuffer as pg_sys::Buffer {
@@ -319,7 +345,7 @@ impl PgLog {
                 }
             }
             for &b in &vector_blocks {
-                pg_sys::UnlockPage(self.rel, b, pg_sys::ExclusiveLock as i32);
+                pg_sys::UnlockPage(rel, b, pg_sys::ExclusiveLock as i32);
             }
             failed.map_or(Ok(()), Err)
         }
@@ -337,6 +363,7 @@ impl PgLog {
     /// the caller holds the page lock of every vector page.
     unsafe fn log_and_write(
         &self,
+        rel: pg_sys::Relation,
         refs: &[(PageRef, u32)],
         buffers: &[pg_sys::Buffer],
         computed: &mut [Vec<u8>],
@@ -354,7 +381,7 @@ impl PgLog {
                 .iter()
                 .zip(computed.iter())
                 .any(|(r, page)| r.0.kind == PageKind::Vector && pages::lsn(page) <= redo);
-            let mut node = (*self.rel).rd_node;
+            let mut node = (*rel).rd_node;
             (*pg_sys::MyProc).delayChkptFlags |= pg_sys::DELAY_CHKPT_START as i32;
             pg_sys::CritSectionCount += 1;
             for (i, page) in computed.iter().enumerate() {
@@ -402,7 +429,6 @@ impl PgLog {
                 }
             }
             pg_sys::CritSectionCount -= 1;
-            let rel = self.rel;
             let computed = std::panic::AssertUnwindSafe(computed);
             pgrx::PgTryBuilder::new(move || {
                 let mut computed = computed;

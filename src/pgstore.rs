@@ -12,12 +12,6 @@
 //! The engine may run compute threads, but PostgreSQL may only be called from the backend's
 //! own thread: every method refuses to run on another thread.
 
-// Used by the build from stage 3 of RFC 0001 on; tested by pg_test until then.
-#![cfg_attr(
-    not(any(test, feature = "pg_test", feature = "test_functions")),
-    allow(dead_code)
-)]
-
 use crate::relstore::{self, BLOCK_SIZE};
 use navis_engine::storage::StorageError;
 use navis_engine::store::PageStore;

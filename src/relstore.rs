@@ -9,11 +9,6 @@
 //! WAL first, `pd_lsn` set to the record, checksum, write with an fsync request, all inside
 //! `DELAY_CHKPT_START` so no checkpoint can complete between the record and the write.
 
-// The write path is exercised by pg_test (bulk_pages_are_logged_and_read_back_with_o_direct)
-// and by redo; the build and insert paths move onto it in stage 3 of RFC 0001. Until then a
-// non-test build would warn that nothing calls it.
-#![cfg_attr(not(any(test, feature = "pg_test")), allow(dead_code))]
-
 use crate::wal;
 use pgrx::pg_sys;
 use std::path::PathBuf;
@@ -55,6 +50,7 @@ const _: () = assert!(BLOCK_SIZE == navis_engine::pages::BLOCK_SIZE);
 const _: () = assert!(SEGMENT_BLOCKS == navis_engine::store::RELSEG_BLOCKS);
 
 /// The segment file holding `block` and the byte offset of the block in it.
+#[cfg_attr(not(any(test, feature = "pg_test")), allow(dead_code))]
 pub fn block_location(block: u32) -> (u32, u64) {
     navis_engine::store::segment_of(block)
 }
@@ -74,6 +70,7 @@ pub fn nblocks(rel: pg_sys::Relation) -> u32 {
 /// marking the end of their data) at the end of the main fork, WAL-logged as `BULK_IMAGES`
 /// records of up to [`PAGES_PER_RECORD`] pages, and returns the first new block. The pages
 /// are stamped with their record's LSN and checksum in place.
+#[cfg_attr(not(any(test, feature = "pg_test")), allow(dead_code))]
 pub fn append_bulk_pages(rel: pg_sys::Relation, pages: &mut [u8]) -> u32 {
     // SAFETY: the relation extension lock serialises appends with every other extender of
     // this fork; it is released on ERROR by the transaction's lock cleanup.
@@ -229,12 +226,24 @@ pub unsafe fn write_block_at(
     block: u32,
     page: *mut std::ffi::c_char,
 ) {
-    // SAFETY: per the contract; zero pages are valid "new" pages to PostgreSQL.
+    // SAFETY: per the contract; zero pages are valid "new" pages to PostgreSQL. A buffer of
+    // the block (see existing_buffer) gets the same bytes under its exclusive lock, held
+    // across the write so that no flush of its older bytes can follow ours.
     unsafe {
         pg_sys::PageSetChecksumInplace(page.cast(), block);
         let mut end = pg_sys::smgrnblocks(smgr, fork);
         if block < end {
+            let buffered = existing_buffer((*smgr).smgr_rnode.node, fork, block);
+            if let Some(buf) = buffered {
+                pg_sys::LockBuffer(buf, pg_sys::BUFFER_LOCK_EXCLUSIVE as i32);
+                let dst = pg_sys::BufferGetPage(buf) as *mut u8;
+                std::ptr::copy_nonoverlapping(page as *const u8, dst, BLOCK_SIZE);
+                pg_sys::MarkBufferDirty(buf);
+            }
             pg_sys::smgrwrite(smgr, fork, block, page, false);
+            if let Some(buf) = buffered {
+                pg_sys::UnlockReleaseBuffer(buf);
+            }
             return;
         }
         let mut zero = AlignedBlock::zeroed();
@@ -303,17 +312,78 @@ pub fn extend_zeroed(rel: pg_sys::Relation, blocks: u32) {
     }
 }
 
-/// Reads block `block` of the main fork with `smgrread`, bypassing shared_buffers (for pages
-/// that are never in them).
+/// Reads block `block` of the main fork for a bulk page: with `smgrread`, around
+/// shared_buffers, unless a buffer holds the block (see [`existing_buffer`]), whose copy is
+/// then the newest.
 pub fn read_block(rel: pg_sys::Relation, block: u32, out: &mut [u8]) {
     assert_eq!(out.len(), BLOCK_SIZE);
-    // SAFETY: `out` is BLCKSZ bytes; smgrread raises an ERROR for a block past the end.
+    // SAFETY: `rel` is open; `out` is BLCKSZ bytes; smgrread raises an ERROR for a block past
+    // the end; a found buffer is pinned and share-locked while it is copied.
     unsafe {
-        pg_sys::smgrread(
-            pg_sys::RelationGetSmgr(rel),
+        let smgr = pg_sys::RelationGetSmgr(rel);
+        read_bulk_block(
+            smgr,
             pg_sys::ForkNumber::MAIN_FORKNUM,
             block,
             out.as_mut_ptr().cast(),
-        )
+        );
+    }
+}
+
+/// [`read_block`] on an smgr relation (redo has no relcache entry).
+///
+/// # Safety
+/// `smgr` must be open and `out` point at `BLOCK_SIZE` writable bytes.
+pub unsafe fn read_bulk_block(
+    smgr: pg_sys::SMgrRelation,
+    fork: pg_sys::ForkNumber::Type,
+    block: u32,
+    out: *mut std::ffi::c_char,
+) {
+    // SAFETY: per the contract; the buffer, if any, is pinned by existing_buffer.
+    unsafe {
+        match existing_buffer((*smgr).smgr_rnode.node, fork, block) {
+            Some(buf) => {
+                pg_sys::LockBuffer(buf, pg_sys::BUFFER_LOCK_SHARE as i32);
+                let page = pg_sys::BufferGetPage(buf) as *const u8;
+                std::ptr::copy_nonoverlapping(page, out.cast(), BLOCK_SIZE);
+                pg_sys::UnlockReleaseBuffer(buf);
+            }
+            None => pg_sys::smgrread(smgr, fork, block, out),
+        }
+    }
+}
+
+/// The shared buffer holding `block`, pinned, if there is one. navis never reads bulk pages
+/// into shared_buffers, but PostgreSQL may: `CREATE DATABASE ... STRATEGY wal_log` copies
+/// every page through buffers (and a standby replays that copy's full-page images into
+/// buffers), and at `wal_level = minimal` the commit of a new relfilenode may log its pages
+/// from buffers. Such a buffer can be dirty, so it must see every later write of its block
+/// (or its flush would undo that write) and is the newest copy to read.
+fn existing_buffer(
+    node: pg_sys::RelFileNode,
+    fork: pg_sys::ForkNumber::Type,
+    block: u32,
+) -> Option<pg_sys::Buffer> {
+    let mut tag = pg_sys::BufferTag {
+        rnode: node,
+        forkNum: fork,
+        blockNum: block,
+    };
+    // SAFETY: the buffer mapping table is looked up under its partition lock in shared mode,
+    // as bufmgr does; ReadRecentBuffer then pins the buffer only if it still holds the tag.
+    unsafe {
+        let hash = pg_sys::BufTableHashCode(&mut tag);
+        let partition = pg_sys::BUFFER_MAPPING_LWLOCK_OFFSET as usize
+            + (hash % pg_sys::NUM_BUFFER_PARTITIONS) as usize;
+        let lock = &raw mut (*pg_sys::MainLWLockArray.add(partition)).lock;
+        pg_sys::LWLockAcquire(lock, pg_sys::LWLockMode::LW_SHARED);
+        let id = pg_sys::BufTableLookup(&mut tag, hash);
+        pg_sys::LWLockRelease(lock);
+        if id < 0 {
+            return None;
+        }
+        let buf = id + 1;
+        pg_sys::ReadRecentBuffer(node, fork, block, buf).then_some(buf)
     }
 }

@@ -12,7 +12,7 @@ use pgrx::pg_sys;
 use pgrx::prelude::*;
 use std::ffi::CStr;
 use std::ptr;
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
 /// Striped locks for writers of one vertex's edge list (DESIGN.md §6): a vertex maps to
 /// stripe `vertex % VERTEX_LOCK_STRIPES`. A power of two large enough that concurrent
@@ -26,7 +26,10 @@ const ALLOCATOR_TRANCHE: &CStr = c"navis_allocator_locks";
 /// a few stores at a time, so a handful is plenty.
 pub const ALLOCATOR_LOCKS: usize = 64;
 const MAGIC: u64 = 0x4e41_5649_5353_484d; // "NAVISSHM"
-const LAYOUT_VERSION: u32 = 2;
+const LAYOUT_VERSION: u32 = 3;
+/// Generation counters of indexes changed by redo, by hash of the relation: a shared slot
+/// only makes a hot standby replace a copy that was still current, never keep a stale one.
+pub const GENERATION_SLOTS: usize = 1024;
 
 /// The fixed-size control block at the start of navis's shared memory.
 #[repr(C)]
@@ -42,6 +45,9 @@ pub struct NavisShared {
     /// the first backend to open an index in a new epoch rebuilds its allocator state from
     /// the indirection table (`navis_engine::update::recover`).
     epoch: u64,
+    /// Bumped by redo of every change to an index (`index_generation`): a hot standby's
+    /// runtime copy made before the bump is stale.
+    generations: [AtomicU64; GENERATION_SLOTS],
 }
 
 /// Set in the postmaster's startup hook and inherited by every forked backend.
@@ -105,6 +111,7 @@ unsafe extern "C-unwind" fn on_shmem_startup() {
                 vertex_locks: pg_sys::GetNamedLWLockTranche(LOCK_TRANCHE.as_ptr()),
                 allocator_locks: pg_sys::GetNamedLWLockTranche(ALLOCATOR_TRANCHE.as_ptr()),
                 epoch: new_epoch(),
+                generations: [const { AtomicU64::new(0) }; GENERATION_SLOTS],
             });
         }
         // The edge-page cache (its own named block, sized by navis.cache_size).
@@ -156,6 +163,25 @@ impl NavisShared {
 
     pub fn epoch(&self) -> u64 {
         self.epoch
+    }
+
+    fn generation_slot(&self, node: &pg_sys::RelFileNode) -> &AtomicU64 {
+        let key = (node.spcNode.to_u32() as u64) << 40
+            ^ (node.dbNode.to_u32() as u64) << 20
+            ^ node.relNode.to_u32() as u64;
+        let i = (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize % GENERATION_SLOTS;
+        &self.generations[i]
+    }
+
+    /// How many times redo has changed the index in `node` (or another index sharing its
+    /// slot) in this server lifetime.
+    pub fn index_generation(&self, node: &pg_sys::RelFileNode) -> u64 {
+        self.generation_slot(node).load(Ordering::Acquire)
+    }
+
+    /// Called by redo after it applied a change to the index in `node`.
+    pub fn bump_index_generation(&self, node: &pg_sys::RelFileNode) {
+        self.generation_slot(node).fetch_add(1, Ordering::AcqRel);
     }
 }
 

@@ -1,9 +1,10 @@
-//! Introspection: `navis_index_stats(regclass)`, `navis_index_counters(regclass)`,
-//! `navis_verify(regclass)`, `navis_side_directories()` and `navis_cleanup()`.
+//! Introspection: `navis_index_stats(regclass)`, `navis_index_counters(regclass)` and
+//! `navis_verify(regclass)`.
 
 use crate::errors::raise;
-use crate::scan;
-use crate::sidefiles;
+use crate::open;
+use crate::relstore;
+use crate::runtime;
 use navis_engine::cache::Caller;
 use navis_engine::storage::state::{Counter, Field};
 use pgrx::pg_sys;
@@ -29,7 +30,7 @@ fn with_index_locked<R>(
         if (*(*rel).rd_rel).relkind != pg_sys::RELKIND_INDEX as std::ffi::c_char
             || (*(*rel).rd_rel).relam != am
         {
-            let name = sidefiles::relation_name(rel);
+            let name = runtime::relation_name(rel);
             pg_sys::relation_close(rel, mode);
             raise(
                 PgSqlErrorCode::ERRCODE_WRONG_OBJECT_TYPE,
@@ -59,8 +60,9 @@ fn navis_index_stats(
         name!(dimensions, i32),
         name!(metric, String),
         name!(edge_pages, i64),
-        name!(side_file_bytes, i64),
-        name!(side_directory, String),
+        name!(relation_bytes, i64),
+        name!(runtime_bytes, i64),
+        name!(runtime_directory, String),
         name!(build_id, String),
         name!(max_degree, i32),
         name!(build_list, i32),
@@ -83,7 +85,8 @@ fn navis_index_stats(
     ),
 > {
     let row = with_index(index.oid(), |rel| {
-        let open = scan::open_index(rel);
+        let open = open::open_index(rel);
+        let _bound = open.bind(rel);
         let files = open.index.files();
         let m = files.manifest();
         let entrance_vertices = open.index.entrance().len() as i64;
@@ -101,7 +104,8 @@ fn navis_index_stats(
             m.dim as i32,
             m.metric.operator().to_string(),
             files.state().get(Field::EdgePages) as i64,
-            sidefiles::dir_bytes(&open.dir) as i64,
+            relstore::nblocks(rel) as i64 * relstore::BLOCK_SIZE as i64,
+            runtime::dir_bytes(&open.dir) as i64,
             open.dir.display().to_string(),
             format!("{:016x}", open.build_id),
             m.max_degree as i32,
@@ -134,7 +138,8 @@ fn navis_index_counters(
     index: PgRelation,
 ) -> TableIterator<'static, (name!(counter, String), name!(value, i64))> {
     let rows = with_index(index.oid(), |rel| {
-        let open = scan::open_index(rel);
+        let open = open::open_index(rel);
+        let _bound = open.bind(rel);
         let state = open.index.files().state();
         let mut rows: Vec<(String, i64)> = Counter::ALL
             .iter()
@@ -179,13 +184,14 @@ fn navis_verify(
     ),
 > {
     let row = with_index_locked(index.oid(), pg_sys::ShareLock as pg_sys::LOCKMODE, |rel| {
-        let open = scan::open_index(rel);
+        let open = open::open_index(rel);
+        let _bound = open.bind(rel);
         let r = open.index.verify().unwrap_or_else(|e| {
             raise(
                 PgSqlErrorCode::ERRCODE_IO_ERROR,
                 format!(
                     "navis_verify could not read index \"{}\": {e}",
-                    sidefiles::relation_name(rel)
+                    runtime::relation_name(rel)
                 ),
                 None,
             )
@@ -206,40 +212,6 @@ fn navis_verify(
         )
     });
     TableIterator::once(row)
-}
-
-/// Every navis side directory of the current database (all tablespaces), with whether it is
-/// an orphan that `navis_cleanup()` would remove.
-#[pg_extern(volatile, parallel_unsafe)]
-fn navis_side_directories() -> TableIterator<
-    'static,
-    (
-        name!(path, String),
-        name!(temporary, bool),
-        name!(orphan, bool),
-        name!(bytes, i64),
-    ),
-> {
-    let rows: Vec<_> = sidefiles::list_side_dirs()
-        .into_iter()
-        .map(|f| {
-            let orphan = sidefiles::is_orphan(&f);
-            (
-                f.path.display().to_string(),
-                f.tmp_pid.is_some(),
-                orphan,
-                sidefiles::dir_bytes(&f.path) as i64,
-            )
-        })
-        .collect();
-    TableIterator::new(rows)
-}
-
-/// Removes orphan side directories of the current database (left by a crash); returns how
-/// many it removed.
-#[pg_extern(volatile, parallel_unsafe)]
-fn navis_cleanup() -> i64 {
-    sidefiles::sweep().len() as i64
 }
 
 /// Build parameters are stored as f32: show them as written (1.2, not 1.2000000476837158).

@@ -8,21 +8,17 @@
 
 use crate::build::interrupt_pending;
 use crate::errors::raise_index_error;
+use crate::open::{open_index, read_meta, OpenIndex};
 use crate::options::BuildOptions;
-use crate::scan::{open_index, OpenIndex};
-use crate::sidefiles;
+use crate::runtime;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use std::rc::Rc;
 
-/// The index as VACUUM sees it, or `None` for an index whose side files are gone (VACUUM of
+/// The index as VACUUM sees it, or `None` for an index without a navis metapage (VACUUM of
 /// a table must not fail because one of its indexes needs a REINDEX; scans report that).
 fn open_for_vacuum(index: pg_sys::Relation) -> Option<Rc<OpenIndex>> {
-    sidefiles::read_metapage(index)?;
-    let dir = sidefiles::side_dir(index);
-    if !dir.join(navis_engine::storage::names::MANIFEST).exists() {
-        return None;
-    }
+    read_meta(index)?;
     Some(open_index(index))
 }
 
@@ -58,6 +54,7 @@ pub unsafe extern "C-unwind" fn ambulkdelete(
     let (Some(open), Some(callback)) = (open_for_vacuum(index), callback) else {
         return stats;
     };
+    let _bound = open.bind(index);
     let is_dead = |tid: navis_engine::storage::HeapTid| {
         let mut item = pg_sys::ItemPointerData::default();
         pgrx::itemptr::item_pointer_set_all(&mut item, tid.block, tid.offset);
@@ -76,7 +73,7 @@ pub unsafe extern "C-unwind" fn ambulkdelete(
         Err(e) => raise_index_error(
             &format!(
                 "vacuum of navis index \"{}\"",
-                sidefiles::relation_name(index)
+                runtime::relation_name(index)
             ),
             e,
         ),
@@ -98,12 +95,13 @@ pub unsafe extern "C-unwind" fn amvacuumcleanup(
     let Some(open) = open_for_vacuum(index) else {
         return stats;
     };
+    let _bound = open.bind(index);
     let threshold = BuildOptions::of_index(index).consolidate_threshold;
     let locks = open.locks();
     let context = || {
         format!(
             "vacuum of navis index \"{}\"",
-            sidefiles::relation_name(index)
+            runtime::relation_name(index)
         )
     };
     if open.index.deleted_len() > 0 && open.index.deleted_fraction() >= threshold {

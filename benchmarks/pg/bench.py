@@ -14,7 +14,7 @@ DATA_DIR holds base.fbin, query.fbin and gt100.bin (benchmarks/README.md). The d
 2. times one CREATE INDEX ... USING navis (embedding <opclass>) WITH (options given; the index
    defaults otherwise) with max_parallel_maintenance_workers = build-threads - 1 (the build uses
    that + 1 threads), one run;
-3. reports the index size: pg_relation_size(index) (metapage) + navis_index_stats().side_file_bytes;
+3. reports the index size: pg_relation_size(index) (the whole index is in its relation);
 4. for each search list L, on a fresh connection (so each L calibrates its own CASR window, as
    navis-bench does): SET navis.search_list = L and navis.casr_warmup = WARMUP, runs WARMUP
    warm-up queries, then QUERIES timed queries one after another (single client) through a
@@ -237,7 +237,7 @@ def build_hnsw(conn, table, index, args):
         main_bytes, version = cur.fetchone()
     return {"sql": sql, "system": "pgvector", "build_s": build_s, "main_bytes": main_bytes,
             "backend_peak_rss": peak,
-            "side_bytes": 0, "index_bytes": main_bytes, "m": m, "ef_construction": efc,
+            "index_bytes": main_bytes, "m": m, "ef_construction": efc,
             "pgvector_version": version}
 
 
@@ -258,15 +258,15 @@ def build_index(conn, table, index, args):
         peak = backend_peak_rss(conn)
         cur.execute("SELECT pg_relation_size(%s::regclass)", (index,))
         main_bytes = cur.fetchone()[0]
-        cur.execute("SELECT side_file_bytes, edge_pages, max_degree, build_list, alpha, pq_bytes,"
-                    " entrance_vertices, side_directory, current_setting('data_directory')"
-                    " FROM navis_index_stats(%s::regclass)", (index,))
-        side, pages, r, l, alpha, pq, ent, side_dir, datadir = cur.fetchone()
+        cur.execute("SELECT edge_pages, max_degree, build_list, alpha, pq_bytes, entrance_vertices,"
+                    " pg_relation_filepath(%s::regclass), current_setting('data_directory')"
+                    " FROM navis_index_stats(%s::regclass)", (index, index))
+        pages, r, l, alpha, pq, ent, rel_path, datadir = cur.fetchone()
     return {"sql": sql, "system": "navis", "build_s": build_s, "main_bytes": main_bytes,
             "backend_peak_rss": peak,
-            "side_bytes": side, "index_bytes": main_bytes + side, "edge_pages": pages, "max_degree": r, "build_list": l, "alpha": alpha, "pq_bytes": pq,
+            "index_bytes": main_bytes, "edge_pages": pages, "max_degree": r, "build_list": l, "alpha": alpha, "pq_bytes": pq,
             "entrance_vertices": ent,
-            "side_directory": os.path.join(datadir, side_dir)}
+            "relation_file": os.path.join(datadir, rel_path)}
 
 
 COUNTERS = "scans, hops, edge_pages_read, rerank_vector_loads, bytes_read, casr_window"
@@ -497,12 +497,11 @@ def main():
         print(f"\n### {name} in PostgreSQL, pgvector HNSW ({base.shape[0]} x {base.shape[1]},"
               f" {args.opclass})\n")
     if b and navis:
-        print("| CREATE INDEX (one run) | R / L / alpha / pq_bytes | threads | metapage (main fork) |"
-              " side files | total on disk | edge pages |")
-        print("|---|---|---|---|---|---|---|")
+        print("| CREATE INDEX (one run) | R / L / alpha / pq_bytes | threads | index size |"
+              " edge pages |")
+        print("|---|---|---|---|---|")
         print(f"| {b['build_s']:.1f} s | {b['max_degree']} / {b['build_list']} / {b['alpha']} /"
-              f" {b['pq_bytes']} | {args.build_threads} | {b['main_bytes'] / 1024:.0f} KiB |"
-              f" {b['side_bytes'] / 2**20:.1f} MiB | {(b['main_bytes'] + b['side_bytes']) / 2**20:.1f} MiB |"
+              f" {b['pq_bytes']} | {args.build_threads} | {b['index_bytes'] / 2**20:.1f} MiB |"
               f" {b['edge_pages']} |\n")
     elif b:
         print("| CREATE INDEX (one run) | m / ef_construction | threads | index size |")

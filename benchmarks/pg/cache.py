@@ -200,11 +200,11 @@ def prepare(args):
         t0 = time.perf_counter()
         cur.execute(f"CREATE INDEX {INDEX} ON {TABLE} USING navis (embedding)")
         build_s = time.perf_counter() - t0
-        cur.execute(f"SELECT edge_pages, side_file_bytes, max_degree, pq_bytes "
+        cur.execute(f"SELECT edge_pages, relation_bytes, max_degree, pq_bytes "
                     f"FROM navis_index_stats('{INDEX}')")
-        pages, side, r, pq = cur.fetchone()
+        pages, index_bytes, r, pq = cur.fetchone()
     info = {"base": args.base, "copy_s": copy_s, "table_bytes": table_bytes, "build_s": build_s,
-            "edge_pages": pages, "edge_file_mb": pages * 4096 / 2**20, "side_bytes": side,
+            "edge_pages": pages, "edge_mb": pages * 8192 / 2**20, "index_bytes": index_bytes,
             "max_degree": r, "pq_bytes": pq}
     print(json.dumps(info))
 

@@ -56,9 +56,9 @@ for name in "$@"; do
         --json "$OUT/$name.pg.json" >"$OUT/$name.pg.md"
     echo "   postgres done  $(uptime)" | tee -a "$OUT/machine.log"
     # engine alone again, on the very files CREATE INDEX wrote (same graph as the SQL runs)
-    side=$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["build"]["side_directory"])' \
+    rel=$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["build"]["relation_file"])' \
         "$OUT/$name.pg.json")
-    "$BENCH" search --index "$side" --queries "$d/query.fbin" --gt "$d/gt100.bin" --k 10 \
+    "$BENCH" search --layout relation --index "$rel" --queries "$d/query.fbin" --gt "$d/gt100.bin" --k 10 \
         --lists "$LISTS" --warmup "$WARMUP" --limit-queries "$QUERIES" --threads 1 \
         >"$OUT/$name.engine-on-pg-index.md"
     echo "   engine on the PostgreSQL index done  $(uptime)" | tee -a "$OUT/machine.log"

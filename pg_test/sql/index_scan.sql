@@ -9,7 +9,7 @@ INSERT INTO q VALUES (1000, 0, NULL);
 ANALYZE f;
 CREATE INDEX f_l2 ON f USING navis (embedding);
 SELECT vertices, deleted, dimensions, metric, edge_pages > 0 AS has_edge_pages,
-       side_file_bytes > 10000 * 784 * 4 AS holds_the_vectors, max_degree, build_list, alpha,
+       relation_bytes > 10000 * 784 * 4 AS holds_the_vectors, max_degree, build_list, alpha,
        pq_bytes, entrance_ratio, entrance_degree, entrance_vertices, casr_window
 FROM navis_index_stats('f_l2');
 -- the planner uses the index for ORDER BY ... LIMIT, not for plain filters
@@ -94,7 +94,7 @@ SELECT count(*) FROM q CROSS JOIN LATERAL
 SELECT casr_window IS NULL AS uncalibrated, casr_warmup_samples FROM navis_index_stats('c_l2');
 RESET navis.search_list;
 SELECT casr_warmup_samples FROM navis_index_stats('c_l2');
--- navis.direct_io = off reads the side files through the page cache: the same rows
+-- navis.direct_io = off reads the index's pages through the page cache: the same rows
 RESET navis.casr_warmup;
 CREATE TABLE direct_rows AS SELECT * FROM knn('<->', 10, false);
 SET navis.direct_io = off;

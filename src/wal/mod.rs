@@ -16,7 +16,6 @@ mod redo;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use records::RecordType;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 /// The custom resource-manager id. 128 is PostgreSQL's `RM_EXPERIMENTAL_ID`; a registered id
 /// from the wiki's "CustomWALResourceManagers" page replaces it before the first release
@@ -25,8 +24,6 @@ pub const RM_NAVIS_ID: u8 = 128;
 
 /// `InvalidSubTransactionId`, which the bindings do not export.
 const INVALID_SUBXACT: pg_sys::SubTransactionId = 0;
-
-static REGISTERED: AtomicBool = AtomicBool::new(false);
 
 // SAFETY (for the static): PostgreSQL keeps the pointer and only reads the table; nothing
 // writes it after initialisation.
@@ -52,12 +49,6 @@ pub fn register() {
         }
         pg_sys::RegisterCustomRmgr(RM_NAVIS_ID, std::ptr::addr_of_mut!(NAVIS_RMGR));
     }
-    REGISTERED.store(true, Ordering::Relaxed);
-}
-
-/// Whether this process can write navis WAL (it inherited the preload's registration).
-pub fn is_registered() -> bool {
-    REGISTERED.load(Ordering::Relaxed)
 }
 
 /// `RelationNeedsWAL`: a permanent relation, unless `wal_level = minimal` and the relfilenode
@@ -84,43 +75,6 @@ pub unsafe fn page_set_lsn(page: pg_sys::Page, lsn: pg_sys::XLogRecPtr) {
         let header = page as *mut pg_sys::PageHeaderData;
         (*header).pd_lsn.xlogid = (lsn >> 32) as u32;
         (*header).pd_lsn.xrecoff = lsn as u32;
-    }
-}
-
-/// Writes `contents` behind the header of the freshly extended, exclusively locked block 0
-/// of `index` and logs it as a `META` record (RFC 0001 §4) in one critical section.
-///
-/// # Safety
-/// `buf` must be block 0 of `index`, pinned and exclusively locked by the caller.
-pub unsafe fn log_metapage(index: pg_sys::Relation, buf: pg_sys::Buffer, contents: &[u8]) {
-    debug_assert_eq!(contents.len(), records::META_IMAGE_LEN);
-    if !is_registered() {
-        crate::errors::raise_not_preloaded("writing a navis index");
-    }
-    // SAFETY: the caller holds the exclusive lock on `buf`; the critical section turns any
-    // error between the page change and the WAL insert into a PANIC, which is what keeps a
-    // changed page from ever lacking its record. Nothing inside allocates or can fail but
-    // XLogInsert itself.
-    unsafe {
-        let page = pg_sys::BufferGetPage(buf);
-        pg_sys::CritSectionCount += 1;
-        redo::fill_metapage(page, contents);
-        pg_sys::MarkBufferDirty(buf);
-        if relation_needs_wal(index) {
-            pg_sys::XLogBeginInsert();
-            pg_sys::XLogRegisterData(
-                contents.as_ptr() as *mut std::ffi::c_char,
-                contents.len() as i32,
-            );
-            pg_sys::XLogRegisterBuffer(
-                0,
-                buf,
-                (pg_sys::REGBUF_WILL_INIT | pg_sys::REGBUF_STANDARD) as u8,
-            );
-            let lsn = pg_sys::XLogInsert(RM_NAVIS_ID, records::XLOG_NAVIS_META);
-            page_set_lsn(page, lsn);
-        }
-        pg_sys::CritSectionCount -= 1;
     }
 }
 

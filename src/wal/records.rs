@@ -5,25 +5,8 @@
 //! machinery, `XLR_INFO_MASK`). All integers are little-endian; formats never change in
 //! place: a new layout gets a new record type.
 //!
-//! ## `META` (0x00): the metapage, block 0
-//!
-//! Written when a build creates the index. Block reference 0 is the metapage's buffer,
-//! registered with `REGBUF_WILL_INIT` (redo rebuilds the page from the record alone, so no
-//! full-page image is needed and the record is idempotent). Main data: the metapage
-//! contents, exactly the bytes that follow the page header ([`MetaImage`], 96 bytes today):
-//!
-//! | offset | size | field |
-//! |---|---|---|
-//! | 0 | 4 | magic `0x4E415649` ("NAVI") |
-//! | 4 | 4 | metapage version |
-//! | 8 | 8 | build id |
-//! | 16 | 4 | dimension |
-//! | 20 | 4 | metric code (1 L2, 2 inner product, 3 cosine) |
-//! | 24 | 8 | vertices at build time |
-//! | 32 | 64 | NUL-padded side-directory name (removed with stage 3 of RFC 0001) |
-//!
-//! Redo: zero and lock block 0 (`XLogInitBufferForRedo`), `PageInit`, copy the contents
-//! behind the header, set `pd_lower` after them, `PageSetLSN`, mark dirty.
+//! Type 0x00 is retired (the metapage of the side-file layout, before RFC 0001 stage 3):
+//! the metapage is now an engine page like the others, written by the build's `BULK_IMAGES`.
 //!
 //! ## `EXTEND` (0x10): zero pages at the end of the main fork
 //!
@@ -48,8 +31,6 @@
 //! consistent point), then `smgrextend` (zero-filling any gap) or `smgrwrite`. Applied
 //! unconditionally: the image is the whole page, so replay repairs a torn write.
 
-/// `xl_info` high nibble of the metapage record.
-pub const XLOG_NAVIS_META: u8 = 0x00;
 /// `xl_info` high nibble of a zero-extension record.
 pub const XLOG_NAVIS_EXTEND: u8 = 0x10;
 /// `xl_info` high nibble of a bulk-page record.
@@ -64,7 +45,6 @@ pub const XLR_RMGR_INFO_MASK: u8 = 0xF0;
 /// The record types this build writes and replays.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RecordType {
-    Meta,
     Extend,
     BulkImages,
     Change,
@@ -74,7 +54,6 @@ impl RecordType {
     /// The record type of an `xl_info` byte, `None` for a type this build does not know.
     pub fn from_info(info: u8) -> Option<RecordType> {
         match info & XLR_RMGR_INFO_MASK {
-            XLOG_NAVIS_META => Some(RecordType::Meta),
             XLOG_NAVIS_EXTEND => Some(RecordType::Extend),
             XLOG_NAVIS_BULK_IMAGES => Some(RecordType::BulkImages),
             XLOG_NAVIS_CHANGE => Some(RecordType::Change),
@@ -86,7 +65,6 @@ impl RecordType {
     /// rmgr; a NUL-terminated static for `rm_identify`.
     pub fn identify(self) -> &'static std::ffi::CStr {
         match self {
-            RecordType::Meta => c"META",
             RecordType::Extend => c"EXTEND",
             RecordType::BulkImages => c"BULK_IMAGES",
             RecordType::Change => c"CHANGE",
@@ -133,53 +111,6 @@ impl ExtendData {
     }
 }
 
-/// Size of the metapage contents carried by a `META` record.
-pub const META_IMAGE_LEN: usize = 96;
-
-/// The decoded main data of a `META` record, for `rm_desc`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct MetaImage {
-    pub magic: u32,
-    pub version: u32,
-    pub build_id: u64,
-    pub dim: u32,
-    pub metric: u32,
-    pub vertices: u64,
-}
-
-impl MetaImage {
-    /// Decodes the fixed fields; `None` if the data is shorter than a metapage image.
-    pub fn decode(data: &[u8]) -> Option<MetaImage> {
-        if data.len() < META_IMAGE_LEN {
-            return None;
-        }
-        let u32_at = |o: usize| u32::from_le_bytes(data[o..o + 4].try_into().unwrap());
-        let u64_at = |o: usize| u64::from_le_bytes(data[o..o + 8].try_into().unwrap());
-        Some(MetaImage {
-            magic: u32_at(0),
-            version: u32_at(4),
-            build_id: u64_at(8),
-            dim: u32_at(16),
-            metric: u32_at(20),
-            vertices: u64_at(24),
-        })
-    }
-
-    /// One line for `rm_desc`, e.g. `version 1; build 0x…; dim 784; metric l2; vertices 60000`.
-    pub fn describe(&self) -> String {
-        let metric = match self.metric {
-            1 => "l2",
-            2 => "ip",
-            3 => "cosine",
-            _ => "unknown",
-        };
-        format!(
-            "version {}; build {:#018x}; dim {}; metric {}; vertices {}",
-            self.version, self.build_id, self.dim, metric, self.vertices
-        )
-    }
-}
-
 /// `rm_desc`'s text for a record: what a DBA reading `pg_walinspect` needs to recognise it.
 /// `blocks` is the record's block references as (first block, count) when they are
 /// consecutive, which is how bulk records are written.
@@ -206,10 +137,6 @@ pub fn describe(info: u8, data: &[u8], blocks: Option<(u32, usize)>) -> String {
         Some(RecordType::Change) => match super::change::decode(data) {
             Ok(c) => c.describe(),
             Err(e) => format!("malformed CHANGE record: {e}"),
-        },
-        Some(RecordType::Meta) => match MetaImage::decode(data) {
-            Some(m) => m.describe(),
-            None => format!("truncated metapage image of {} bytes", data.len()),
         },
         None => format!(
             "unknown navis record type {:#04x}",

@@ -7,29 +7,11 @@ use navis_engine::pages::PageKind;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
-/// Lays out a metapage: `PageInit`, the contents behind the header, `pd_lower` after them.
-///
-/// # Safety
-/// `page` must be an exclusively locked buffer's page.
-pub(super) unsafe fn fill_metapage(page: pg_sys::Page, contents: &[u8]) {
-    // SAFETY: the page is BLCKSZ bytes and the contents (96 bytes) fit behind the header.
-    unsafe {
-        pg_sys::PageInit(page, pg_sys::BLCKSZ as usize, 0);
-        let header_len = std::mem::size_of::<pg_sys::PageHeaderData>();
-        let dst = (page as *mut u8).add(header_len);
-        std::ptr::copy_nonoverlapping(contents.as_ptr(), dst, contents.len());
-        let header = page as *mut pg_sys::PageHeaderData;
-        (*header).pd_lower = (header_len + contents.len()) as u16;
-    }
-}
-
 #[pg_guard]
 pub(super) unsafe extern "C-unwind" fn navis_redo(record: *mut pg_sys::XLogReaderState) {
     // SAFETY: PostgreSQL calls redo with the decoded record to replay.
     let (info, data) = unsafe { super::record_info_and_data(record) };
     match RecordType::from_info(info) {
-        // SAFETY: a META record always carries block reference 0, the metapage.
-        Some(RecordType::Meta) => unsafe { redo_meta(record, data) },
         // SAFETY: a BULK_IMAGES record's block references all carry full images.
         Some(RecordType::BulkImages) => unsafe { redo_bulk_images(record) },
         // SAFETY: the record names the relation in its main data.
@@ -40,28 +22,6 @@ pub(super) unsafe extern "C-unwind" fn navis_redo(record: *mut pg_sys::XLogReade
             "navis redo: unknown record type {:#04x}; this WAL was written by a newer navis",
             info & records::XLR_RMGR_INFO_MASK
         ),
-    }
-}
-
-/// `META`: rebuild block 0 from the record (registered `REGBUF_WILL_INIT`, so the page is
-/// zeroed and locked for us whatever its state on disk).
-unsafe fn redo_meta(record: *mut pg_sys::XLogReaderState, data: &[u8]) {
-    if data.len() != records::META_IMAGE_LEN {
-        pgrx::error!(
-            "navis redo: META record of {} bytes, expected {}",
-            data.len(),
-            records::META_IMAGE_LEN
-        );
-    }
-    // SAFETY: XLogInitBufferForRedo returns block 0 zeroed, pinned and exclusively locked;
-    // it is released below after the page is stamped with the record's end LSN.
-    unsafe {
-        let buf = pg_sys::XLogInitBufferForRedo(record, 0);
-        let page = pg_sys::BufferGetPage(buf);
-        fill_metapage(page, data);
-        super::page_set_lsn(page, (*record).EndRecPtr);
-        pg_sys::MarkBufferDirty(buf);
-        pg_sys::UnlockReleaseBuffer(buf);
     }
 }
 
@@ -116,12 +76,13 @@ unsafe fn redo_change(record: *mut pg_sys::XLogReaderState, data: &[u8]) {
         Ok(d) => d,
         Err(e) => pgrx::error!("navis redo: {e}"),
     };
+    let refs = super::block_refs(record);
     // SAFETY: each block reference is read (or restored from its image) into a pinned,
     // exclusively locked buffer by XLogReadBufferForRedo and released here; the page is
     // BLCKSZ bytes.
     unsafe {
         let lsn = (*record).EndRecPtr;
-        for r in super::block_refs(record) {
+        for &r in &refs {
             let Some(&at) = decoded.refs.get(r.id as usize) else {
                 pgrx::error!(
                     "navis redo: CHANGE block reference {} is not in its data",
@@ -158,6 +119,12 @@ unsafe fn redo_change(record: *mut pg_sys::XLogReaderState, data: &[u8]) {
             }
         }
     }
+    // A hot standby's runtime copies of this index no longer match its pages: the next scan
+    // makes a new one (`open.rs`). After the pages, so a copy made from them counts as stale
+    // until it includes this change.
+    if let (Some(shared), Some(r)) = (crate::shmem::shared(), refs.first()) {
+        shared.bump_index_generation(&r.node);
+    }
 }
 
 /// A bulk page of a `CHANGE` record, never in shared_buffers: its image when the record has
@@ -192,7 +159,7 @@ unsafe fn redo_bulk_block(
             }
         } else {
             if r.block < pg_sys::smgrnblocks(smgr, r.fork) {
-                pg_sys::smgrread(smgr, r.fork, r.block, page.as_mut_ptr());
+                crate::relstore::read_bulk_block(smgr, r.fork, r.block, page.as_mut_ptr());
             }
             let bytes = page.bytes_mut();
             if !navis_engine::pages::is_new(bytes) && navis_engine::pages::lsn(bytes) >= lsn {

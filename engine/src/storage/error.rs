@@ -52,7 +52,7 @@ impl fmt::Display for StorageError {
             StorageError::Io { path, op, source } => {
                 write!(
                     f,
-                    "could not {op} navis side file \"{}\": {source}",
+                    "could not {op} navis index file \"{}\": {source}",
                     path.display()
                 )
             }
@@ -60,7 +60,7 @@ impl fmt::Display for StorageError {
             StorageError::Corrupt { path, detail } => {
                 write!(
                     f,
-                    "navis side file \"{}\" is corrupt: {detail}",
+                    "navis index file \"{}\" is corrupt: {detail}",
                     path.display()
                 )
             }

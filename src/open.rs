@@ -1,0 +1,332 @@
+//! Opening a navis index for a backend: the index's pages in its relation, its runtime copy
+//! (`runtime.rs`), the engine's `Index` over both, cached per backend.
+//!
+//! Every access-method call finds its `OpenIndex` with [`open_index`]: block 0 (the engine's
+//! metapage) names the build; the cache is keyed by relfilenode, build, server lifetime and,
+//! on a hot standby, the generation redo has reached (`shmem::index_generation`), so a copy
+//! is used only while it matches the pages. A primary's copy is kept current by the backends
+//! that change the index (every change goes through [`PgLog`] first, then into the copy); a
+//! standby's copy is made again once redo changed the index. The first opener in a server
+//! lifetime materialises the copy from the pages; the others map it.
+
+use crate::errors::raise;
+use crate::guc;
+use crate::pglog::{PgBufStore, PgLog};
+use crate::relstore;
+use crate::runtime::{self, CopyKey};
+use navis_engine::cache::Caller;
+use navis_engine::casr::WindowCalibrator;
+use navis_engine::counters::SearchCounters;
+use navis_engine::index::{DiskReader, Index, SpareReader};
+use navis_engine::pages::meta::Meta;
+use navis_engine::store::PageStore;
+use pgrx::pg_sys;
+use pgrx::PgSqlErrorCode;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::sync::{Arc, Mutex};
+
+/// `navis.casr_warmup` and the bits of the path's percentile setting.
+type CalibrationSettings = (i32, u64);
+/// A CASR window found for (warm-up, percentile bits, search list): (.., .., .., window).
+type KnownWindow = (i32, u64, usize, usize);
+
+/// An opened index and its per-backend runtime state.
+pub struct OpenIndex {
+    pub index: Index,
+    pub build_id: u64,
+    /// The runtime copy's directory.
+    pub dir: PathBuf,
+    /// The relation's pages, through the relation bound for the current call ([`bind`]).
+    store: Arc<PgBufStore>,
+    /// The last CASR window this backend found per path, with the settings (warm-up,
+    /// percentile bits) and search list it was found for.
+    casr_windows: Cell<[Option<KnownWindow>; 2]>,
+    /// Per-backend calibration of lists the pooled one does not serve, by (path, list), with
+    /// the settings (warm-up, percentile bits) each was made with.
+    local_calibrators: RefCell<HashMap<(usize, usize), (CalibrationSettings, WindowCalibrator)>>,
+    /// Engine counters summed over this backend's scans of the index.
+    pub counters: Mutex<SearchCounters>,
+    pub scans: Mutex<u64>,
+    /// Identity of the relation (tablespace, database, relfilenode) for its allocator lock.
+    pub lock_key: u64,
+    /// The files, io_uring queue and buffers of this backend's last finished reader, with the
+    /// `navis.direct_io` setting it was kept under, for the next scan or insert (a reader per
+    /// statement would cost two opens, an io_uring setup and fresh buffers every time).
+    spare_reader: RefCell<Option<(bool, SpareReader)>>,
+}
+
+/// The relation an [`OpenIndex`] is bound to for one call; restores the previous binding.
+pub struct Bound<'a> {
+    store: &'a PgBufStore,
+    previous: pg_sys::Relation,
+}
+
+impl Drop for Bound<'_> {
+    fn drop(&mut self) {
+        self.store.bind(self.previous);
+    }
+}
+
+impl OpenIndex {
+    /// Points the index's page store and log at `rel`, this call's open relation, until the
+    /// returned guard drops (a relcache entry may move between calls, so the pointer is
+    /// never kept).
+    pub fn bind(&self, rel: pg_sys::Relation) -> Bound<'_> {
+        let previous = self.store.bind(rel);
+        Bound {
+            store: &self.store,
+            previous,
+        }
+    }
+
+    /// The CASR window of `caller`'s path with search list `list` at the current
+    /// `navis.casr_warmup` and percentile, once its warm-up is complete; `None` while it is
+    /// not: the rerank then loads every candidate and its minimal safe window goes to
+    /// [`OpenIndex::record_casr_sample`]. The warm-up is pooled by all backends (in the shared
+    /// entrance file) for the first list calibrated; other lists calibrate in this backend.
+    pub fn casr_window(&self, caller: Caller, list: usize) -> Option<usize> {
+        let (warmup, percentile) = casr_settings(caller);
+        let slot = caller as usize;
+        let mut known = self.casr_windows.get();
+        if let Some((w_warmup, w_percentile, w_list, window)) = known[slot] {
+            if (w_warmup, w_percentile, w_list) == (warmup, percentile.to_bits(), list) {
+                return Some(window);
+            }
+        }
+        let pooled =
+            self.index
+                .entrance()
+                .calibration(caller, list, warmup.max(1) as usize, percentile);
+        let window = match pooled {
+            Some((_, window)) => window,
+            None => self.local_calibration(caller, list, |c| c.window()),
+        };
+        if let Some(w) = window {
+            known[slot] = Some((warmup, percentile.to_bits(), list, w));
+            self.casr_windows.set(known);
+        }
+        window
+    }
+
+    /// Adds a warm-up rerank's minimal safe window to the calibration sample of its list.
+    pub fn record_casr_sample(&self, caller: Caller, list: usize, needed: usize) {
+        if !self
+            .index
+            .entrance()
+            .record_calibration(caller, list, needed)
+        {
+            self.local_calibration(caller, list, |c| c.record_window(needed));
+        }
+    }
+
+    /// Warm-up samples behind [`OpenIndex::casr_window`] so far.
+    pub fn casr_samples(&self, caller: Caller, list: usize) -> u64 {
+        let (warmup, percentile) = casr_settings(caller);
+        match self
+            .index
+            .entrance()
+            .calibration(caller, list, warmup.max(1) as usize, percentile)
+        {
+            Some((samples, _)) => samples,
+            None => self.local_calibration(caller, list, |c| c.samples() as u64),
+        }
+    }
+
+    /// This backend's own calibrator for a list the pooled sample does not serve, made anew
+    /// when the warm-up or percentile setting changed.
+    fn local_calibration<T>(
+        &self,
+        caller: Caller,
+        list: usize,
+        f: impl FnOnce(&mut WindowCalibrator) -> T,
+    ) -> T {
+        let (warmup, percentile) = casr_settings(caller);
+        let key = (warmup, percentile.to_bits());
+        let mut calibrators = self.local_calibrators.borrow_mut();
+        let entry = calibrators
+            .entry((caller as usize, list))
+            .or_insert_with(|| (key, new_calibrator(caller, warmup, percentile)));
+        if entry.0 != key {
+            *entry = (key, new_calibrator(caller, warmup, percentile));
+        }
+        f(&mut entry.1)
+    }
+
+    /// A reader over this index, reusing the spare one when there is one.
+    pub fn reader(&self) -> DiskReader<'_> {
+        let direct = guc::DIRECT_IO.get();
+        navis_engine::io::set_direct_io(direct);
+        let spare = self.spare_reader.borrow_mut().take();
+        let spare = spare.and_then(|(was_direct, s)| (was_direct == direct).then_some(s));
+        match self.index.reader_reusing(spare) {
+            Ok(r) => r,
+            Err(e) => raise(
+                PgSqlErrorCode::ERRCODE_IO_ERROR,
+                format!("navis could not open a reader: {e}"),
+                None,
+            ),
+        }
+    }
+
+    /// Keeps a finished reader for the next [`OpenIndex::reader`]. Not while unwinding: an
+    /// error may have interrupted the reader's work.
+    pub fn recycle(&self, reader: DiskReader<'_>) {
+        if !std::thread::panicking() {
+            *self.spare_reader.borrow_mut() = Some((guc::DIRECT_IO.get(), reader.into_spare()));
+        }
+    }
+
+    /// The writer locks of this index (LWLocks in shared memory).
+    pub fn locks(&self) -> crate::shmem::PgLocks {
+        crate::shmem::PgLocks::new(crate::shmem::require("navis index writes"), self.lock_key)
+    }
+}
+
+/// Opened indexes of this backend, by the copy they use.
+type OpenIndexCache = HashMap<CopyKey, Rc<OpenIndex>>;
+
+thread_local! {
+    static CACHE: RefCell<OpenIndexCache> = RefCell::new(HashMap::new());
+}
+
+fn damaged(index: pg_sys::Relation, detail: String) -> ! {
+    let name = runtime::relation_name(index);
+    crate::errors::raise_detail(
+        PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
+        format!("navis index \"{name}\" cannot be opened: its pages are damaged or from another navis version"),
+        detail,
+        Some(&format!("Run REINDEX INDEX {name} to rebuild it from the table.")),
+    )
+}
+
+/// The engine's metapage (block 0), read through its buffer; `None` for an empty fork or a
+/// block 0 that is not a navis metapage.
+pub fn read_meta(index: pg_sys::Relation) -> Option<Meta> {
+    if relstore::nblocks(index) == 0 {
+        return None;
+    }
+    let store = PgBufStore::new(index);
+    let mut page = vec![0u8; relstore::BLOCK_SIZE];
+    store.read_block(0, &mut page).ok()?;
+    Meta::decode(&page).ok()
+}
+
+/// The opened index behind a relation, from the cache or freshly opened, bound to `index`
+/// for the caller's use.
+pub fn open_index(index: pg_sys::Relation) -> Rc<OpenIndex> {
+    let Some(meta) = read_meta(index) else {
+        damaged(index, "block 0 is not a navis metapage".into())
+    };
+    let shared = crate::shmem::require("navis indexes");
+    // SAFETY: an open relation's rd_node; RecoveryInProgress reads shared state.
+    let (node, standby) = unsafe { ((*index).rd_node, pg_sys::RecoveryInProgress()) };
+    let key = CopyKey {
+        spc: node.spcNode.to_u32(),
+        db: node.dbNode.to_u32(),
+        relfilenode: node.relNode.to_u32(),
+        build_id: meta.build_id,
+        epoch: shared.epoch(),
+        standby,
+        // Read before any page: a change redo applies while the copy is being made bumps it
+        // again, and the next call makes a newer copy.
+        generation: if standby {
+            shared.index_generation(&node)
+        } else {
+            0
+        },
+    };
+    if let Some(hit) = CACHE.with(|c| c.borrow().get(&key).cloned()) {
+        return hit;
+    }
+    let open = Rc::new(reopen(index, key, shared));
+    CACHE.with(|c| {
+        let mut c = c.borrow_mut();
+        // Other builds, lifetimes and generations of this relfilenode are never used again.
+        c.retain(|k, _| (k.spc, k.db, k.relfilenode) != (key.spc, key.db, key.relfilenode));
+        c.insert(key, open.clone());
+    });
+    open
+}
+
+fn reopen(
+    index: pg_sys::Relation,
+    key: CopyKey,
+    shared: &'static crate::shmem::NavisShared,
+) -> OpenIndex {
+    let dir = key.dir();
+    if !dir.exists() {
+        // Buffers PostgreSQL itself filled with bulk pages (CREATE DATABASE ... STRATEGY
+        // wal_log, or its replay on a standby; see relstore::existing_buffer) may hold pages
+        // the disk does not have yet, and searches read bulk pages from disk: write them out
+        // once, before the first copy of this lifetime (and of each standby generation).
+        // SAFETY: `index` is open and locked by the caller's access-method call.
+        unsafe { pg_sys::FlushRelationBuffers(index) };
+        runtime::sweep(key.epoch);
+        if let Err(e) = std::fs::create_dir_all(runtime::ROOT) {
+            raise(
+                PgSqlErrorCode::ERRCODE_IO_ERROR,
+                format!("navis could not create \"{}\": {e}", runtime::ROOT),
+                None,
+            )
+        }
+    }
+    let store = Arc::new(PgBufStore::new(index));
+    let fork = relstore::segment_path(index, 0);
+    let opened = navis_engine::relation::open_index(store.clone(), &fork, &dir)
+        .unwrap_or_else(|e| damaged(index, e.to_string()));
+    if !key.standby {
+        let log = PgLog::over(store.clone()).unwrap_or_else(|e| damaged(index, e.to_string()));
+        opened.set_log(Arc::new(log));
+        // Edge pages go through the shared NAVIS-Cache, keyed by this build. Not on a hot
+        // standby: redo rewrites edge pages on disk, under any cached frame.
+        if let Some(cache) = crate::cache::shared_cache() {
+            opened
+                .files()
+                .attach_cache(navis_engine::cache::CacheBinding {
+                    cache,
+                    tag: key.build_id,
+                });
+        }
+    }
+    let lock_key =
+        key.spc as u64 ^ (key.db as u64).rotate_left(21) ^ (key.relfilenode as u64).rotate_left(42);
+    // The first opener in this server lifetime derives the allocator state (free lists, live
+    // counts) from the indirection entries (RFC 0001 §10).
+    let locks = crate::shmem::PgLocks::new(shared, lock_key);
+    if let Err(e) = navis_engine::update::recover(opened.files(), &locks, shared.epoch()) {
+        damaged(index, format!("deriving the allocator state failed: {e}"));
+    }
+    // The store is bound per call from now on.
+    store.bind(std::ptr::null_mut());
+    OpenIndex {
+        index: opened,
+        build_id: key.build_id,
+        dir,
+        store,
+        casr_windows: Cell::new([None; 2]),
+        local_calibrators: RefCell::new(HashMap::new()),
+        counters: Mutex::new(SearchCounters::default()),
+        scans: Mutex::new(0),
+        lock_key,
+        spare_reader: RefCell::new(None),
+    }
+}
+
+fn new_calibrator(caller: Caller, warmup: i32, percentile: f64) -> WindowCalibrator {
+    WindowCalibrator::new(warmup.max(1) as usize, percentile).unwrap_or_else(|_| match caller {
+        Caller::Search => WindowCalibrator::for_search(),
+        Caller::Insert => WindowCalibrator::for_insert(),
+    })
+}
+
+/// `navis.casr_warmup` and the path's percentile setting.
+fn casr_settings(caller: Caller) -> (i32, f64) {
+    let percentile = match caller {
+        Caller::Search => guc::CASR_PERCENTILE_SEARCH.get(),
+        Caller::Insert => guc::CASR_PERCENTILE_INSERT.get(),
+    };
+    (guc::CASR_WARMUP.get(), percentile)
+}
