@@ -1,6 +1,7 @@
 # Throwaway PostgreSQL 15 clusters for the demo and the SQL tests, run as the unprivileged
 # OS user `postgres` (PostgreSQL refuses to run as root). Source this file, then:
-#   cluster_start DIR PORT [postgresql.conf lines...]   (socket in DIR, no TCP)
+#   cluster_start DIR PORT [postgresql.conf lines...]   (socket in DIR, no TCP;
+#                                                        NAVIS_INITDB_OPTS adds initdb options)
 #   cluster_psql DIR PORT [psql args...]
 #   cluster_stop DIR
 PGBIN=/usr/lib/postgresql/15/bin
@@ -18,7 +19,9 @@ cluster_start() {
   cluster_stop "$dir"
   rm -rf "$dir"
   install -d -o postgres -g postgres "$dir"
-  runuser -u postgres -- "$PGBIN/initdb" -D "$dir/data" --locale=C.UTF-8 -A trust -U postgres >/dev/null
+  # shellcheck disable=SC2086 # NAVIS_INITDB_OPTS is a list of options
+  runuser -u postgres -- "$PGBIN/initdb" -D "$dir/data" --locale=C.UTF-8 -A trust -U postgres \
+    ${NAVIS_INITDB_OPTS:-} >/dev/null
   {
     echo "port = $port"
     echo "listen_addresses = ''"
