@@ -161,7 +161,7 @@ fn navis_index_counters(
 /// Checks the structure of a navis index: every live vertex reachable from the entry
 /// points, slot owner stamps, indirection entries, degree bounds, page live counts, free
 /// lists and counts. Takes a SHARE lock on the index, so it waits for running inserts and
-/// VACUUM and holds new ones off while it reads.
+/// VACUUM and holds new ones off while it reads (on a hot standby an ACCESS SHARE lock).
 #[pg_extern(volatile, parallel_unsafe)]
 #[allow(clippy::type_complexity)]
 fn navis_verify(
@@ -183,7 +183,15 @@ fn navis_verify(
         name!(details, Vec<String>),
     ),
 > {
-    let row = with_index_locked(index.oid(), pg_sys::ShareLock as pg_sys::LOCKMODE, |rel| {
+    // A hot standby has no writers to hold off (and allows no SHARE lock): its copy only
+    // changes by being replaced, which a running check does not see.
+    // SAFETY: reads shared recovery state.
+    let mode = if unsafe { pg_sys::RecoveryInProgress() } {
+        pg_sys::AccessShareLock
+    } else {
+        pg_sys::ShareLock
+    };
+    let row = with_index_locked(index.oid(), mode as pg_sys::LOCKMODE, |rel| {
         let open = open::open_index(rel);
         let _bound = open.bind(rel);
         let r = open.index.verify().unwrap_or_else(|e| {
