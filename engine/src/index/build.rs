@@ -1,0 +1,557 @@
+//! The build pipeline: [`build_index`] and [`build_in_memory`] run the build phases over the
+//! input rows under the memory budget and report them.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use rand::seq::index::sample;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+use super::IndexError;
+use crate::distance::{normalize, Metric};
+use crate::entrance::shared::SharedEntrance;
+use crate::entrance::{EntranceError, EntranceGraph, EntranceParams, DEFAULT_BUILD_LIST};
+use crate::graph::{self, BuildControl, BuildError, VamanaParams};
+use crate::placement::{greedy_placement, identity_placement, overlap_ratio, Placement};
+use crate::pq::ProductQuantizer;
+use crate::storage::{
+    names, BuildInput, BuildParams, EdgePageLayout, HeapTid, IndexWriter, StorageError,
+};
+use crate::VertexId;
+
+/// The fewest PQ subspaces (code bytes) a default code has; vectors of fewer dimensions get
+/// one per dimension (8-bit scalar quantization, by k-means).
+///
+/// A subspace's 256 centroids resolve each of its `s` coordinates into about `256^(1/s)`
+/// levels. In many dimensions `dim / 4` subspaces of 4 levels per coordinate rank well
+/// enough, because the errors of many subspaces average out and CASR reranks the rest. In few
+/// dimensions there is nothing to average: 3-d vectors got a 1-byte code, 256 cells for
+/// 10,000 rows, so about 40 rows tie at each PQ distance, the search list filled with ties
+/// and the true neighbours fell off it (recall@10 0.65 at the default list, also with CASR
+/// off). One subspace per dimension gives 1.0; 12 subspaces lift uniform 16-, 24- and 32-d
+/// data from 0.95 to 0.997 or more. The cost is at most 12 bytes of memory per vector, and
+/// 12 is what `dim / 4` gives at 48 dimensions, so codes change only below that (no
+/// benchmark set: glove-50 keeps its 12 bytes). In 1 or 2 dimensions 256 levels per
+/// coordinate still tie once there are many more rows than levels (1-d, 10,000 rows:
+/// recall@10 0.84); only exact distances would help there.
+pub const MIN_PQ_SUBSPACES: usize = 12;
+
+/// Build-time parameters (index options).
+#[derive(Clone, Debug, PartialEq)]
+pub struct IndexParams {
+    pub metric: Metric,
+    /// The column's declared dimension, if it has one: rows must match it, and an index
+    /// over zero rows takes it. `None` lets the rows decide (zero rows: a placeholder).
+    pub dim: Option<usize>,
+    /// R.
+    pub max_degree: usize,
+    /// Vamana build list L.
+    pub build_list: usize,
+    pub alpha: f32,
+    /// PQ code bytes per vector; `None` picks [`IndexParams::pq_bytes_for`].
+    pub pq_bytes: Option<usize>,
+    /// Entrance graph size as a fraction of the vertices (r_ent).
+    pub entrance_ratio: f32,
+    /// Entrance graph degree (R_ent).
+    pub entrance_degree: usize,
+    /// Worker threads for PQ training, encoding and the graph build.
+    pub threads: usize,
+    /// Refuse to start a build whose estimate exceeds this many bytes.
+    pub memory_budget: Option<u64>,
+    pub seed: u64,
+}
+
+impl Default for IndexParams {
+    fn default() -> IndexParams {
+        IndexParams {
+            metric: Metric::L2,
+            dim: None,
+            max_degree: 96,
+            build_list: 128,
+            alpha: 1.2,
+            pq_bytes: None,
+            entrance_ratio: 0.01,
+            entrance_degree: 32,
+            threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            memory_budget: None,
+            seed: 0x6e61_7669,
+        }
+    }
+}
+
+impl IndexParams {
+    /// The PQ code size used for `dim` dimensions: `dim / 4` (4 dimensions per subspace),
+    /// at most 128, and at least [`MIN_PQ_SUBSPACES`] (or one per dimension below that).
+    pub fn pq_bytes_for(&self, dim: usize) -> usize {
+        self.pq_bytes
+            .unwrap_or((dim / 4).clamp(dim.min(MIN_PQ_SUBSPACES), 128))
+    }
+
+    fn validate(&self, dim: usize) -> Result<(), IndexError> {
+        let bad = |m: String| Err(IndexError::Invalid(m));
+        let pq = self.pq_bytes_for(dim);
+        if pq == 0 || pq > dim {
+            return bad(format!(
+                "pq_bytes must be between 1 and the dimension {dim}, got {pq}"
+            ));
+        }
+        if !(self.entrance_ratio > 0.0 && self.entrance_ratio <= 1.0) {
+            return bad(format!(
+                "entrance_ratio must be in (0, 1], got {}",
+                self.entrance_ratio
+            ));
+        }
+        if self.entrance_degree == 0 {
+            return bad("entrance_degree must be at least 1".into());
+        }
+        if self.threads == 0 {
+            return bad("threads must be at least 1".into());
+        }
+        EdgePageLayout::new(self.max_degree)?;
+        Ok(())
+    }
+}
+
+/// Named build phases, in order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BuildPhase {
+    Sampling,
+    PqTraining,
+    GraphBuild,
+    Placement,
+    Entrance,
+    Writing,
+}
+
+impl BuildPhase {
+    pub fn name(self) -> &'static str {
+        match self {
+            BuildPhase::Sampling => "sampling",
+            BuildPhase::PqTraining => "PQ training",
+            BuildPhase::GraphBuild => "graph build",
+            BuildPhase::Placement => "placement",
+            BuildPhase::Entrance => "entrance graph",
+            BuildPhase::Writing => "writing",
+        }
+    }
+}
+
+/// Progress callback: (phase, work done, work total) in phase-specific units.
+pub type Progress<'a> = &'a (dyn Fn(BuildPhase, u64, u64) + Sync);
+/// Cancel check, polled between chunks of work.
+pub type Cancel<'a> = &'a (dyn Fn() -> bool + Sync);
+
+/// What a build did.
+#[derive(Clone, Debug, Default)]
+pub struct BuildReport {
+    pub vertices: usize,
+    pub dim: usize,
+    pub pq_bytes: usize,
+    pub phases: Vec<(BuildPhase, Duration)>,
+    /// Estimated peak bytes, stated before the build started.
+    pub memory_estimate: u64,
+    /// The process's peak resident set after the build (VmHWM), if readable.
+    pub peak_rss: Option<u64>,
+    pub overlap_greedy: f64,
+    pub overlap_identity: f64,
+    pub edge_pages: u32,
+    pub entrance_size: usize,
+    /// Bytes of each side file written.
+    pub file_sizes: Vec<(String, u64)>,
+}
+
+impl BuildReport {
+    pub fn total_time(&self) -> Duration {
+        self.phases.iter().map(|p| p.1).sum()
+    }
+}
+
+/// The edge pages a build places its lists on. Placement packs neighbours per page, so it
+/// is computed for the pages that will hold the lists: 10 slots per 4 KiB side-file page at
+/// R = 96, 20 per 8 KiB relation page.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EdgePageFormat {
+    /// The side directory's 4 KiB pages ([`EdgePageLayout`]).
+    SideFile,
+    /// The relation's 8 KiB pages ([`crate::pages::edge::EdgeLayout`], RFC 0001 §2).
+    Relation,
+}
+
+impl EdgePageFormat {
+    pub fn slots_per_page(self, max_degree: usize) -> Result<usize, StorageError> {
+        Ok(match self {
+            EdgePageFormat::SideFile => EdgePageLayout::new(max_degree)?.slots_per_page(),
+            EdgePageFormat::Relation => {
+                crate::pages::edge::EdgeLayout::new(max_degree)?.slots_per_page()
+            }
+        })
+    }
+}
+
+/// Everything the build phases produced, before anything is written: what a writer needs
+/// ([`BuiltIndex::input`]) and the report so far (every phase but writing).
+pub struct BuiltIndex<'a> {
+    pub report: BuildReport,
+    pub metric: Metric,
+    pub dim: usize,
+    pub max_degree: usize,
+    pub pq_bytes: usize,
+    /// The rows as indexed: normalised for cosine, else the input itself.
+    pub vectors: std::borrow::Cow<'a, [f32]>,
+    pub tids: &'a [HeapTid],
+    pub adjacency: Vec<Vec<VertexId>>,
+    /// The graph's medoid (0 for an empty index).
+    pub medoid: VertexId,
+    /// Computed for the [`EdgePageFormat`] the build was asked for.
+    pub placement: Placement,
+    pub codes: Vec<u8>,
+    pub codebook: Vec<u8>,
+    pub entrance: EntranceGraph,
+    pub entrance_bytes: Vec<u8>,
+    pub params: BuildParams,
+}
+
+impl BuiltIndex<'_> {
+    /// The writers' view of the build.
+    pub fn input(&self) -> BuildInput<'_> {
+        BuildInput {
+            metric: self.metric,
+            dim: self.dim,
+            max_degree: self.max_degree,
+            vectors: &self.vectors,
+            heap_tids: self.tids,
+            adjacency: &self.adjacency,
+            placement: &self.placement,
+            pq_bytes: self.pq_bytes,
+            pq_codebook: &self.codebook,
+            pq_codes: &self.codes,
+            entrance: &self.entrance_bytes,
+            params: self.params,
+        }
+    }
+}
+
+/// Builds a complete index over `vectors` (`tids.len()` rows, row-major) into `dir`.
+pub fn build_index(
+    dir: &Path,
+    vectors: &[f32],
+    tids: &[HeapTid],
+    params: &IndexParams,
+    progress: Progress,
+    cancel: Cancel,
+) -> Result<BuildReport, IndexError> {
+    let mut built = build_in_memory(
+        vectors,
+        tids,
+        params,
+        EdgePageFormat::SideFile,
+        progress,
+        cancel,
+    )?;
+    let mut report = std::mem::take(&mut built.report);
+    let mut clock = PhaseClock::new(progress);
+    clock.start(BuildPhase::Writing, tids.len() as u64);
+    let manifest = IndexWriter::create_with_medoid(dir, &built.input(), built.medoid)?;
+    // The shared entrance graph for the server lifetime the fresh state belongs to (epoch 0
+    // until the first recovery rebuilds it).
+    SharedEntrance::create(&dir.join(names::ENTRANCE_SHM), &built.entrance, 0)
+        .map_err(|e| IndexError::Invalid(format!("{}: {e}", dir.display())))?;
+    report.edge_pages = manifest.edge_pages;
+    clock.finish(&mut report);
+    report.file_sizes = file_sizes(dir);
+    report.peak_rss = peak_rss_bytes();
+    Ok(report)
+}
+
+/// Runs every build phase but writing (sampling, PQ, graph, placement for `format`'s pages,
+/// entrance graph) and returns the result in memory; the caller writes it (side files:
+/// [`build_index`]; the relation: `crate::relation::build_relation`) and reports the
+/// writing phase itself.
+pub fn build_in_memory<'a>(
+    vectors: &'a [f32],
+    tids: &'a [HeapTid],
+    params: &IndexParams,
+    format: EdgePageFormat,
+    progress: Progress,
+    cancel: Cancel,
+) -> Result<BuiltIndex<'a>, IndexError> {
+    let n = tids.len();
+    let dim = infer_dim(vectors.len(), n, params)?;
+    params.validate(dim)?;
+    let pq_bytes = params.pq_bytes_for(dim);
+    let mut report = BuildReport {
+        vertices: n,
+        dim,
+        pq_bytes,
+        ..BuildReport::default()
+    };
+    report.memory_estimate = graph::memory::estimate_build_memory_detailed(
+        n,
+        dim,
+        params.max_degree,
+        pq_bytes,
+        params.build_list,
+        params.threads,
+    )
+    .total();
+    if let Some(budget) = params.memory_budget {
+        graph::check_budget(report.memory_estimate, budget).map_err(IndexError::Memory)?;
+    }
+    let check = || {
+        if cancel() {
+            Err(IndexError::Cancelled)
+        } else {
+            Ok(())
+        }
+    };
+    let mut clock = PhaseClock::new(progress);
+
+    clock.start(BuildPhase::Sampling, n as u64);
+    let data = match prepared_rows(vectors, dim, params.metric)? {
+        Some(copy) => std::borrow::Cow::Owned(copy),
+        None => std::borrow::Cow::Borrowed(vectors),
+    };
+    let entrance_ids = entrance_sample(n, params.entrance_ratio, params.seed);
+    clock.finish(&mut report);
+    check()?;
+
+    clock.start(BuildPhase::PqTraining, n as u64);
+    let pq = train_pq(&data, dim, n, pq_bytes, params)?;
+    let codes = pq.encode_batch(&data, params.threads);
+    clock.finish(&mut report);
+    check()?;
+
+    // One Vamana pass reports one unit per inserted vertex.
+    clock.start(BuildPhase::GraphBuild, n as u64);
+    let vamana = VamanaParams {
+        max_degree: params.max_degree,
+        build_list: params.build_list,
+        alpha: params.alpha,
+        seed: params.seed,
+        threads: params.threads,
+    };
+    let report_graph = |done: u64, total: u64| progress(BuildPhase::GraphBuild, done, total);
+    let control = BuildControl {
+        progress: Some(&report_graph),
+        should_stop: Some(&cancel),
+    };
+    let graph = graph::build_vamana(&data, dim, params.metric, &vamana, &control)?;
+    clock.finish(&mut report);
+    check()?;
+
+    clock.start(BuildPhase::Placement, n as u64);
+    let slots_per_page = format.slots_per_page(params.max_degree)?;
+    let placement = place(&graph.adjacency, slots_per_page, &mut report)?;
+    clock.finish(&mut report);
+    check()?;
+
+    clock.start(BuildPhase::Entrance, entrance_ids.len() as u64);
+    let report_entrance = |done: u64, total: u64| progress(BuildPhase::Entrance, done, total);
+    let control = BuildControl {
+        progress: Some(&report_entrance),
+        should_stop: Some(&cancel),
+    };
+    let entrance = build_entrance(entrance_ids, &data, dim, params, &control)?;
+    report.entrance_size = entrance.len();
+    clock.finish(&mut report);
+    check()?;
+
+    Ok(BuiltIndex {
+        report,
+        metric: params.metric,
+        dim,
+        max_degree: params.max_degree,
+        pq_bytes,
+        vectors: data,
+        tids,
+        adjacency: graph.adjacency,
+        medoid: graph.medoid,
+        placement,
+        codes,
+        codebook: pq.to_bytes(),
+        entrance_bytes: entrance.to_bytes(),
+        entrance,
+        params: BuildParams {
+            build_list: params.build_list as u32,
+            alpha: params.alpha,
+            entrance_ratio: params.entrance_ratio,
+            entrance_degree: params.entrance_degree as u32,
+        },
+    })
+}
+
+/// The index's dimension: the rows', checked against a declared one; for zero rows the
+/// declared one or a placeholder.
+fn infer_dim(values: usize, n: usize, params: &IndexParams) -> Result<usize, IndexError> {
+    if n == 0 {
+        if values != 0 {
+            return Err(IndexError::Invalid(format!(
+                "{values} vector values given for zero rows"
+            )));
+        }
+        return Ok(params.dim.unwrap_or_else(|| empty_index_dim(params)));
+    }
+    if values == 0 || !values.is_multiple_of(n) {
+        return Err(IndexError::Invalid(format!(
+            "{values} vector values do not form {n} rows of equal dimension"
+        )));
+    }
+    let dim = values / n;
+    match params.dim {
+        Some(declared) if declared != dim => Err(IndexError::Invalid(format!(
+            "rows have {dim} dimensions, the index was declared with {declared}"
+        ))),
+        _ => Ok(dim),
+    }
+}
+
+/// Placeholder dimension of an empty index whose column declares none: the smallest that
+/// the PQ code size accepts. No vector has it; the search of an empty index ignores it.
+fn empty_index_dim(params: &IndexParams) -> usize {
+    params.pq_bytes.unwrap_or(1).max(1)
+}
+
+/// Validates every row; returns a normalised copy for cosine (None: use the input as is).
+fn prepared_rows(
+    vectors: &[f32],
+    dim: usize,
+    metric: Metric,
+) -> Result<Option<Vec<f32>>, IndexError> {
+    for (i, row) in vectors.chunks_exact(dim).enumerate() {
+        crate::vector::validate(row).map_err(|e| IndexError::Invalid(format!("row {i}: {e}")))?;
+    }
+    if !metric.needs_normalization() {
+        return Ok(None);
+    }
+    let mut copy = vectors.to_vec();
+    for (i, row) in copy.chunks_exact_mut(dim).enumerate() {
+        if !normalize(row) {
+            return Err(IndexError::Invalid(format!(
+                "row {i} is a zero vector, which has no cosine distance"
+            )));
+        }
+    }
+    Ok(Some(copy))
+}
+
+pub(super) fn entrance_sample(n: usize, ratio: f32, seed: u64) -> Vec<VertexId> {
+    // At least one vertex, unless there are none.
+    let size = ((n as f64 * ratio as f64).ceil() as usize).clamp(1.min(n), n);
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x656e_7472);
+    let mut ids: Vec<VertexId> = sample(&mut rng, n, size)
+        .into_iter()
+        .map(|i| i as VertexId)
+        .collect();
+    ids.sort_unstable();
+    ids
+}
+
+fn train_pq(
+    data: &[f32],
+    dim: usize,
+    n: usize,
+    pq_bytes: usize,
+    params: &IndexParams,
+) -> Result<ProductQuantizer, IndexError> {
+    if n == 0 {
+        // Nothing to train on, and nothing will ever be encoded with it: one zero centroid
+        // per subspace keeps the codebook file valid.
+        return ProductQuantizer::from_codebook(params.metric, dim, pq_bytes, 1, vec![0.0; dim])
+            .map_err(|e| IndexError::Invalid(format!("empty PQ codebook: {e}")));
+    }
+    ProductQuantizer::train(
+        data,
+        dim,
+        n,
+        pq_bytes,
+        params.metric,
+        params.seed,
+        params.threads,
+    )
+    .map_err(|e| IndexError::Invalid(format!("PQ training failed: {e}")))
+}
+
+/// The entrance graph over `ids` (the index's own seeded sample), built like the main graph
+/// but with R_ent and the entrance build list.
+fn build_entrance(
+    ids: Vec<VertexId>,
+    data: &[f32],
+    dim: usize,
+    params: &IndexParams,
+    control: &BuildControl,
+) -> Result<EntranceGraph, IndexError> {
+    let entrance = EntranceParams {
+        ratio: params.entrance_ratio as f64,
+        min_size: 1,
+        max_degree: params.entrance_degree,
+        build_list: DEFAULT_BUILD_LIST.max(params.entrance_degree),
+        alpha: params.alpha,
+        seed: params.seed ^ 0x656e_7472,
+        threads: params.threads,
+    };
+    EntranceGraph::build_from_ids(ids, data, dim, params.metric, &entrance, control).map_err(|e| {
+        match e {
+            EntranceError::Build(BuildError::Cancelled) => IndexError::Cancelled,
+            other => IndexError::Invalid(other.to_string()),
+        }
+    })
+}
+
+fn place(
+    adjacency: &[Vec<VertexId>],
+    slots_per_page: usize,
+    report: &mut BuildReport,
+) -> Result<Placement, IndexError> {
+    let err = |e: crate::placement::PlacementError| IndexError::Invalid(e.to_string());
+    let identity = identity_placement(adjacency.len(), slots_per_page).map_err(err)?;
+    let greedy = greedy_placement(adjacency, slots_per_page).map_err(err)?;
+    report.overlap_identity = overlap_ratio(adjacency, &identity, slots_per_page);
+    report.overlap_greedy = overlap_ratio(adjacency, &greedy, slots_per_page);
+    Ok(greedy)
+}
+
+fn file_sizes(dir: &Path) -> Vec<(String, u64)> {
+    crate::storage::names::ALL
+        .iter()
+        .filter_map(|name| {
+            let len = std::fs::metadata(dir.join(name)).ok()?.len();
+            Some((name.to_string(), len))
+        })
+        .collect()
+}
+
+/// Peak resident set size of this process (VmHWM), in bytes.
+pub fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// Times phases and reports their start and end through the progress callback.
+struct PhaseClock<'a> {
+    progress: Progress<'a>,
+    current: Option<(BuildPhase, Instant, u64)>,
+}
+
+impl<'a> PhaseClock<'a> {
+    fn new(progress: Progress<'a>) -> Self {
+        PhaseClock {
+            progress,
+            current: None,
+        }
+    }
+
+    fn start(&mut self, phase: BuildPhase, total: u64) {
+        (self.progress)(phase, 0, total);
+        self.current = Some((phase, Instant::now(), total));
+    }
+
+    fn finish(&mut self, report: &mut BuildReport) {
+        if let Some((phase, started, total)) = self.current.take() {
+            (self.progress)(phase, total, total);
+            report.phases.push((phase, started.elapsed()));
+        }
+    }
+}
