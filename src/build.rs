@@ -9,6 +9,7 @@
 //! metapage (block 0) last. Everything the index has is in its relation: REINDEX, TRUNCATE,
 //! DROP, SET TABLESPACE and CREATE DATABASE handle it as they handle any relation.
 
+use crate::build_rows::RowReader;
 use crate::datum::VectorInput;
 use crate::errors::raise;
 use crate::options::BuildOptions;
@@ -21,12 +22,14 @@ use navis_engine::store::PageStore;
 use navis_engine::Metric;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
-use pgrx::{PgMemoryContexts, PgSqlErrorCode};
+use pgrx::PgSqlErrorCode;
 use std::ffi::CStr;
 
 /// Sub-phase numbers shown in `pg_stat_progress_create_index.phase` (1 is PostgreSQL's
 /// "initializing").
 const PHASE_SCAN: i64 = 2;
+/// After the engine's phases (3..=8): rows beyond maintenance_work_mem inserted.
+const PHASE_INSERT: i64 = 9;
 const ENGINE_PHASES: [BuildPhase; 6] = [
     BuildPhase::Sampling,
     BuildPhase::PqTraining,
@@ -51,6 +54,7 @@ pub unsafe extern "C-unwind" fn ambuildphasename(phase: i64) -> *mut std::ffi::c
         6 => c"placing edge lists",
         7 => c"building entrance graph",
         8 => c"writing index pages",
+        9 => c"inserting rows beyond maintenance_work_mem",
         _ => return std::ptr::null_mut(),
     };
     name.as_ptr() as *mut _
@@ -66,17 +70,70 @@ pub fn index_metric(index: pg_sys::Relation) -> Metric {
     crate::am::index_metric(index)
 }
 
-/// Rows collected by the build scan.
+/// An in-memory build of fewer rows than this would train PQ and lay out the graph from too
+/// few rows for the rows inserted after it: below the memory such a build needs, CREATE
+/// INDEX fails and says how much maintenance_work_mem it needs (README, "floor").
+pub const MIN_IN_MEMORY_ROWS: usize = 1000;
+
+/// What sizes the in-memory part of a build: the index options and the thread count.
+#[derive(Clone, Copy)]
+struct Sizing {
+    max_degree: usize,
+    build_list: usize,
+    pq_bytes: Option<usize>,
+    threads: usize,
+    budget: u64,
+}
+
+impl Sizing {
+    /// Rows of `dim` dimensions whose in-memory build (with the 8-byte heap TID the scan keeps
+    /// per row) fits in maintenance_work_mem.
+    fn rows_in_memory(&self, dim: usize) -> usize {
+        let params = IndexParams {
+            pq_bytes: self.pq_bytes,
+            ..IndexParams::default()
+        };
+        navis_engine::graph::rows_within_budget(
+            self.budget,
+            8,
+            dim,
+            self.max_degree,
+            params.pq_bytes_for(dim),
+            self.build_list,
+            self.threads,
+        )
+    }
+
+    /// Memory an in-memory build of `rows` rows needs.
+    fn bytes_for(&self, rows: usize, dim: usize) -> u64 {
+        let params = IndexParams {
+            pq_bytes: self.pq_bytes,
+            ..IndexParams::default()
+        };
+        navis_engine::graph::memory::estimate_build_memory_detailed(
+            rows,
+            dim,
+            self.max_degree,
+            params.pq_bytes_for(dim),
+            self.build_list,
+            self.threads,
+        )
+        .total()
+            + rows as u64 * 8
+    }
+}
+
+/// Rows collected by the build scan: the first ones that fit in maintenance_work_mem; the
+/// others are only counted, and inserted after the build (`build_insert.rs`).
 struct BuildScan {
-    input: VectorInput,
-    metric: Metric,
-    dim: Option<usize>,
+    rows: RowReader,
+    sizing: Sizing,
+    /// How many rows the in-memory build takes, once the first row gave the dimension.
+    in_memory: Option<usize>,
     vectors: Vec<f32>,
     tids: Vec<HeapTid>,
-    skipped_nulls: u64,
-    skipped_zero: u64,
-    budget: u64,
-    tuple_cxt: PgMemoryContexts,
+    /// Rows read past `in_memory`.
+    beyond: u64,
 }
 
 #[pg_guard]
@@ -89,79 +146,50 @@ unsafe extern "C-unwind" fn build_callback(
     state: *mut std::ffi::c_void,
 ) {
     // SAFETY: PostgreSQL passes one value/isnull pair per key column (we have one), a valid
-    // TID, and the state pointer we handed to IndexBuildHeapScan.
-    let (state, datum, is_null, tid) =
-        unsafe { (&mut *(state as *mut BuildScan), *values, *isnull, *tid) };
-    if is_null {
-        state.skipped_nulls += 1; // NULL vectors are not indexed (as in pgvector)
-        return;
-    }
-    let block = pgrx::itemptr::item_pointer_get_block_number(&tid);
-    let offset = pgrx::itemptr::item_pointer_get_offset_number(&tid);
-    let input = state.input;
-    // Detoasted copies go into a per-tuple context that is reset after each row.
-    // SAFETY: the datum is non-NULL and of the indexed column's type (checked before the scan).
-    let keep = unsafe {
-        state.tuple_cxt.switch_to(|_| {
-            let what = format!("vector in row ({block},{offset})");
-            let v = input.as_vector(datum, &what);
-            check_row(v, block, offset).then(|| v.to_vec())
-        })
+    // TID, and the state pointer we handed to the build scan; the datum is of the opclass's
+    // input type.
+    let (state, row) = unsafe {
+        let state = &mut *(state as *mut BuildScan);
+        let row = state.rows.read(*values, *isnull, *tid);
+        (state, row)
     };
-    // SAFETY: nothing allocated in the tuple context outlives this call.
-    unsafe { state.tuple_cxt.reset() };
-    let v = match keep {
-        Some(v) => v,
-        None => return,
-    };
-    match state.dim {
-        None => state.dim = Some(v.len()),
-        Some(d) if d != v.len() => raise(
-            PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
-            format!(
-                "cannot index row ({block},{offset}): it has {} dimensions, earlier rows have {d}",
-                v.len()
-            ),
-            Some("All vectors in a navis index must have the same number of dimensions."),
-        ),
-        Some(_) => {}
-    }
-    // A zero vector has no direction, so its cosine distance to anything is NaN; like
-    // pgvector's HNSW, a cosine index leaves such rows out.
-    if state.metric == Metric::Cosine && v.iter().all(|x| *x == 0.0) {
-        state.skipped_zero += 1;
-        return;
-    }
-    state.vectors.extend_from_slice(&v);
-    state.tids.push(HeapTid { block, offset });
-    let held = state.vectors.len() as u64 * 4 + state.tids.len() as u64 * 8;
-    if held > state.budget {
-        raise(
-            PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
-            format!(
-                "maintenance_work_mem ({} kB) is too small to hold the vectors of this navis index ({} rows read so far)",
-                state.budget / 1024,
-                state.tids.len()
-            ),
-            Some("Raise maintenance_work_mem for this session (SET maintenance_work_mem = '2GB') and run CREATE INDEX again."),
-        );
+    let Some((v, tid)) = row else { return };
+    let dim = v.len();
+    let sizing = state.sizing;
+    let in_memory = *state
+        .in_memory
+        .get_or_insert_with(|| sizing.rows_in_memory(dim));
+    if state.tids.len() >= in_memory {
+        if in_memory < MIN_IN_MEMORY_ROWS {
+            below_floor(&sizing, dim);
+        }
+        state.beyond += 1;
+    } else {
+        state.vectors.extend_from_slice(&v);
+        state.tids.push(tid);
     }
     progress(
         pg_sys::PROGRESS_CREATEIDX_TUPLES_DONE,
-        state.tids.len() as i64,
+        state.tids.len() as i64 + state.beyond as i64,
     );
 }
 
-/// Validates one row's values; returns true to keep it.
-fn check_row(v: &[f32], block: u32, offset: u16) -> bool {
-    if let Err(e) = navis_engine::validate(v) {
-        raise(
-            crate::errors::vector_error_code(&e),
-            format!("cannot index row ({block},{offset}): {e}"),
-            Some("Fix or delete the row, or exclude it with a partial index (WHERE ...)."),
-        )
-    }
-    true
+fn below_floor(sizing: &Sizing, dim: usize) -> ! {
+    let need = sizing.bytes_for(MIN_IN_MEMORY_ROWS, dim);
+    let suggestion = need.div_ceil(1 << 20).next_multiple_of(16);
+    raise(
+        PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+        format!(
+            "maintenance_work_mem ({} kB) is below what a navis build of {dim}-dimensional rows needs: \
+             an in-memory build of {MIN_IN_MEMORY_ROWS} rows takes about {} MB",
+            sizing.budget / 1024,
+            need.div_ceil(1 << 20)
+        ),
+        Some(&format!(
+            "Raise maintenance_work_mem for this session (SET maintenance_work_mem = '{suggestion}MB'), \
+             or lower max_degree or pq_bytes."
+        )),
+    )
 }
 
 /// Whether a cancel, statement timeout or termination is pending. `InterruptPending` alone
@@ -202,17 +230,22 @@ pub unsafe extern "C-unwind" fn ambuild(
     };
     let budget = budget_kb * 1024;
 
+    let threads = (workers.max(0) as usize) + 1;
+    let sizing = Sizing {
+        max_degree: options.max_degree as usize,
+        build_list: options.build_list as usize,
+        pq_bytes: (options.pq_bytes > 0).then_some(options.pq_bytes as usize),
+        threads,
+        budget,
+    };
     progress(pg_sys::PROGRESS_CREATEIDX_SUBPHASE, PHASE_SCAN);
     let mut scan = BuildScan {
-        input,
-        metric,
-        dim: None,
+        rows: RowReader::new(input, metric),
+        sizing,
+        in_memory: None,
         vectors: Vec::new(),
         tids: Vec::new(),
-        skipped_nulls: 0,
-        skipped_zero: 0,
-        budget,
-        tuple_cxt: PgMemoryContexts::new("navis build tuple"),
+        beyond: 0,
     };
     // Heap tuples the scan considered, whether indexed or not (NULLs, zero vectors, rows a
     // partial index's predicate leaves out): PostgreSQL sets the table's reltuples from it,
@@ -238,22 +271,39 @@ pub unsafe extern "C-unwind" fn ambuild(
             std::ptr::null_mut(),
         )
     };
-    if let Some(dim) = scan.dim {
+    let dim = scan.rows.dim;
+    if let Some(dim) = dim {
         options.validate_for(dim);
     }
     let n = scan.tids.len();
-    progress(pg_sys::PROGRESS_CREATEIDX_TUPLES_TOTAL, n as i64);
+    progress(
+        pg_sys::PROGRESS_CREATEIDX_TUPLES_TOTAL,
+        n as i64 + scan.beyond as i64,
+    );
+    if scan.beyond > 0 {
+        pgrx::notice!(
+            "navis: maintenance_work_mem ({} kB) holds {n} of the {} rows of this index; \
+             building from them and inserting the other {} (slower; about {} MB of \
+             maintenance_work_mem would build all of them in memory)",
+            budget / 1024,
+            n as u64 + scan.beyond,
+            scan.beyond,
+            sizing
+                .bytes_for(n + scan.beyond as usize, dim.unwrap_or(1))
+                .div_ceil(1 << 20)
+        );
+    }
 
     let params = IndexParams {
         metric,
-        dim: scan.dim,
+        dim,
         max_degree: options.max_degree as usize,
         build_list: options.build_list as usize,
         alpha: options.alpha,
         pq_bytes: (options.pq_bytes > 0).then_some(options.pq_bytes as usize),
         entrance_ratio: options.entrance_ratio as f32,
         entrance_degree: options.entrance_degree as usize,
-        threads: (workers.max(0) as usize) + 1,
+        threads,
         memory_budget: Some(budget),
         ..IndexParams::default()
     };
@@ -288,12 +338,16 @@ pub unsafe extern "C-unwind" fn ambuild(
     if let Err(e) = result {
         build_failed(e);
     }
+    if scan.beyond > 0 {
+        progress(pg_sys::PROGRESS_CREATEIDX_SUBPHASE, PHASE_INSERT);
+        crate::build_insert::insert_beyond(heap, index, index_info, input, metric, scan.tids, n);
+    }
 
     // SAFETY: alloc0 returns a zeroed IndexBuildResult in the current memory context, which
     // is what ambuild must hand back to PostgreSQL.
     let mut result = unsafe { PgBox::<pg_sys::IndexBuildResult>::alloc0() };
     result.heap_tuples = heap_tuples;
-    result.index_tuples = n as f64;
+    result.index_tuples = n as f64 + scan.beyond as f64;
     result.into_pg()
 }
 

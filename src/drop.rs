@@ -19,8 +19,8 @@ pub fn register() {
     }
 }
 
-/// The build id of relation `oid` if it is a navis index with a readable metapage.
-fn navis_build_id(oid: pg_sys::Oid) -> Option<u64> {
+/// The NAVIS-Cache tag of relation `oid` if it is a navis index with a readable metapage.
+fn navis_cache_tag(oid: pg_sys::Oid) -> Option<u64> {
     // SAFETY: catalog lookup by name (missing_ok); RelationIdGetRelation returns NULL or a
     // relcache entry that is closed again before returning. The caller holds the lock DROP
     // took on the relation.
@@ -35,13 +35,21 @@ fn navis_build_id(oid: pg_sys::Oid) -> Option<u64> {
         }
         let is_navis = (*(*rel).rd_rel).relkind == pg_sys::RELKIND_INDEX as std::ffi::c_char
             && (*(*rel).rd_rel).relam == am;
-        let build = if is_navis {
-            crate::open::read_meta(rel).map(|m| m.build_id)
+        let node = (*rel).rd_node;
+        let tag = if is_navis {
+            crate::open::read_meta(rel).map(|m| {
+                crate::open::cache_tag(
+                    node.spcNode.to_u32(),
+                    node.dbNode.to_u32(),
+                    node.relNode.to_u32(),
+                    m.build_id,
+                )
+            })
         } else {
             None
         };
         pg_sys::RelationClose(rel);
-        build
+        tag
     }
 }
 
@@ -65,10 +73,9 @@ unsafe extern "C-unwind" fn on_object_access(
         // SAFETY: reading the backend's transaction state.
         && unsafe { pg_sys::IsTransactionState() }
     {
-        if let (Some(cache), Some(build)) =
-            (crate::cache::shared_cache(), navis_build_id(object_id))
+        if let (Some(cache), Some(tag)) = (crate::cache::shared_cache(), navis_cache_tag(object_id))
         {
-            cache.purge(build);
+            cache.purge(tag);
         }
     }
 }

@@ -5,7 +5,7 @@
 use crate::datum::VectorInput;
 use crate::errors::raise;
 use crate::guc;
-use crate::open::open_index;
+use crate::open::{open_index, OpenIndex};
 use crate::runtime;
 use navis_engine::cache::Caller;
 use navis_engine::storage::HeapTid;
@@ -77,6 +77,14 @@ pub unsafe extern "C-unwind" fn aminsert(
             Some("All vectors in a navis index must have the same number of dimensions."),
         )
     }
+    insert_row(index, &open, vector, HeapTid { block, offset });
+    false
+}
+
+/// Inserts one validated row into an open, bound index: the engine's insert with this
+/// session's settings, errors raised as ERRORs. Also the second pass of a memory-bounded
+/// build (`build.rs`).
+pub fn insert_row(index: pg_sys::Relation, open: &OpenIndex, vector: &[f32], tid: HeapTid) {
     let list = guc::INSERT_LIST.get().max(1) as usize;
     let casr_window = if guc::CASR_ENABLED.get() {
         open.casr_window(Caller::Insert, list)
@@ -92,7 +100,6 @@ pub unsafe extern "C-unwind" fn aminsert(
     };
     let mut reader = open.reader();
     let locks = open.locks();
-    let tid = HeapTid { block, offset };
     let outcome = open.index.insert(&mut reader, &locks, vector, tid, params);
     if outcome.is_ok() {
         open.recycle(reader);
@@ -105,9 +112,12 @@ pub unsafe extern "C-unwind" fn aminsert(
                 }
             }
         }
-        Err(e) => {
-            crate::errors::raise_index_error(&format!("insert into navis index \"{}\"", name()), e)
-        }
+        Err(e) => crate::errors::raise_index_error(
+            &format!(
+                "insert into navis index \"{}\"",
+                runtime::relation_name(index)
+            ),
+            e,
+        ),
     }
-    false
 }

@@ -8,6 +8,8 @@ use pgrx::prelude::*;
 
 mod am;
 mod build;
+mod build_insert;
+mod build_rows;
 mod cache;
 mod cost;
 mod datum;

@@ -202,6 +202,14 @@ fn damaged(index: pg_sys::Relation, detail: String) -> ! {
     )
 }
 
+/// The key of an index's pages in NAVIS-Cache. The build id alone is not enough: a copy of
+/// the relation (CREATE DATABASE ... TEMPLATE, SET TABLESPACE) keeps the build id, and its
+/// pages then change apart from the original's, so the relation's identity is mixed in.
+pub fn cache_tag(spc: u32, db: u32, relfilenode: u32, build_id: u64) -> u64 {
+    let node = (spc as u64) << 42 ^ (db as u64) << 21 ^ relfilenode as u64;
+    build_id ^ node.wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(17)
+}
+
 /// The engine's metapage (block 0), read through its buffer; `None` for an empty fork or a
 /// block 0 that is not a navis metapage.
 pub fn read_meta(index: pg_sys::Relation) -> Option<Meta> {
@@ -287,7 +295,7 @@ fn reopen(
                 .files()
                 .attach_cache(navis_engine::cache::CacheBinding {
                     cache,
-                    tag: key.build_id,
+                    tag: cache_tag(key.spc, key.db, key.relfilenode, key.build_id),
                 });
         }
     }

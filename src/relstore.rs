@@ -210,6 +210,7 @@ impl AlignedBlock {
         self.0.as_mut_ptr().cast()
     }
 
+    #[cfg_attr(not(any(test, feature = "pg_test")), allow(dead_code))]
     pub fn bytes_mut(&mut self) -> &mut [u8] {
         &mut self.0
     }

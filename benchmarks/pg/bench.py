@@ -358,7 +358,7 @@ def search(args, table, index, queries, gt, lst, clients=1):
         scans = max(d[0], 1)
         row.update(hops_q=d[1] / scans, edge_pages_q=d[2] / scans, vector_loads_q=d[3] / scans,
                    bytes_q=d[4] / scans, casr_window=after[5], scans=d[0])
-        # navis's own count of bytes its scans read from the side files, as 4 KiB reads per
+        # navis's own count of bytes its scans read from the index's edge and vector pages, per
         # second, against the fio ceiling (QD 64) of this machine
         row["reads_4k_per_s"] = row["bytes_q"] / 4096 * row["qps"]
         ceiling = device_ceiling()

@@ -11,7 +11,7 @@ same freshly built index; this script does the client side.
 
 Every number that matters comes from counters: navis_cache_stats (hits and misses by caller
 and region, promotions, evictions) and navis_index_counters (inserts). An edge-page cache miss
-is one device read (the side files are read with O_DIRECT); vector reads for reranking are not
+is one device read (edge pages are read with O_DIRECT); vector reads for reranking are not
 cached by any policy and are the same for all three. Wall-clock rates are reported too, but on
 a shared 2-core machine only their ratios within one run mean much.
 """

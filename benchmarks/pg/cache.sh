@@ -14,7 +14,7 @@
 # POLICIES ("navis lru off"), CACHE_MB, SEARCH_PROMOTE_HITS, FROZEN_EVICTION, OUT
 # (benchmarks/data/cache-results). Needs the extension installed (release build:
 # cargo pgrx install --release --pg-config /usr/lib/postgresql/15/bin/pg_config) and the
-# dataset (benchmarks/datasets/prepare.sh minilm-200k). Run as root. The side files are read
+# dataset (benchmarks/datasets/prepare.sh minilm-200k). Run as root. Edge pages are read
 # with O_DIRECT, so the OS page cache does not serve edge pages: a cache miss is a device read
 # whatever the machine's free memory.
 set -euo pipefail

@@ -14,9 +14,9 @@
 # Regime a: everything cached (shared_buffers 1GB, no limit). Regime b: the server in a cgroup v1
 # memory group limited to LIMIT_MB (default 384) with shared_buffers 64MB, well below table plus
 # index; indexes are built before the limit (a build needs maintenance_work_mem), then the
-# server is restarted inside the group with the page cache dropped. navis's side files are read
-# with O_DIRECT in both regimes, so only NAVIS-Cache (navis.cache_size, CACHE_MB, default 64)
-# holds its edge pages in memory.
+# server is restarted inside the group with the page cache dropped. navis's edge and vector
+# pages are read with O_DIRECT in both regimes, so only NAVIS-Cache (navis.cache_size, CACHE_MB,
+# default 64) holds its edge pages in memory.
 #
 # Environment: BASE (dataset rows minus INSERT), INSERT (10% of the rows, at most 20000), BATCH,
 # WRITERS (2), SEARCHERS (2), LISTS (20,40,80,160), EFS (20,40,80,160), QUERIES (1000), WARMUP

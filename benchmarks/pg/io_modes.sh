@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# navis in memory (regime a) with its side files read with O_DIRECT (the default) or through
+# navis in memory (regime a) with its edge and vector pages read with O_DIRECT (the default) or through
 # the page cache (NAVIS_DIRECT=0 in the server's environment): how much of navis's in-memory
 # search and insert cost is device round trips. Also the A/B harness for a change of the
 # installed build (run once per build with a different TAG on the same cluster).

@@ -41,7 +41,7 @@ standby_start "$P" "$PPORT" "$S" "$SPORT" "shared_preload_libraries = 'navis'" "
 wal_bytes() { p -c "SELECT pg_wal_lsn_diff('$2', '$1')::bigint"; }
 rmgr_bytes() {
   p -c "SELECT coalesce(sum(combined_size), 0) FROM pg_get_wal_stats('$1', '$2')
-        WHERE resource_manager IN ($3)"
+        WHERE \"resource_manager/record_type\" IN ($3)"
 }
 
 echo "| system | CREATE INDEX WAL (MB) | of it index records (MB) | index size (MB) | WAL per inserted row (KB) | of it index records (KB) | standby replay of the inserts (s) |"

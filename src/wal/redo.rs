@@ -3,7 +3,6 @@
 //! shared memory, never the catalog. Every routine is idempotent.
 
 use super::records::{self, RecordType};
-use navis_engine::pages::PageKind;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
@@ -25,27 +24,30 @@ pub(super) unsafe extern "C-unwind" fn navis_redo(record: *mut pg_sys::XLogReade
     }
 }
 
-/// `BULK_IMAGES`: write every page image around the buffer manager, as the primary did
-/// (records.rs gives the steps and why they are safe).
+/// `BULK_IMAGES`: every page restored from its image into its buffer, as for any full-page
+/// image. Redo keeps bulk pages in shared_buffers like any other page: PostgreSQL then
+/// advances `minRecoveryPoint` when it writes them out, in batches, where writing each page
+/// around the buffers would need a control-file update per record (RFC 0001 §5). Readers on a
+/// hot standby flush the relation's buffers before they read bulk pages from disk
+/// (`open.rs`), and crash recovery ends with a checkpoint.
 unsafe fn redo_bulk_images(record: *mut pg_sys::XLogReaderState) {
-    let mut page = crate::relstore::AlignedBlock::zeroed();
-    // SAFETY: each reference is restored into our own aligned block and written through an
-    // smgr handle of the referenced relation; the startup process is the only writer.
+    // SAFETY: every block reference of the record carries an image, which
+    // XLogReadBufferForRedo restores into a pinned, exclusively locked buffer.
     unsafe {
-        let lsn = (*record).EndRecPtr;
-        // Advance minRecoveryPoint before any page newer than it reaches disk.
-        pg_sys::XLogFlush(lsn);
         for r in super::block_refs(record) {
-            if !pg_sys::RestoreBlockImage(record, r.id, page.as_mut_ptr()) {
+            let mut buf: pg_sys::Buffer = pg_sys::InvalidBuffer as pg_sys::Buffer;
+            let action = pg_sys::XLogReadBufferForRedo(record, r.id, &mut buf);
+            if action != pg_sys::XLogRedoAction::BLK_RESTORED
+                && action != pg_sys::XLogRedoAction::BLK_DONE
+            {
                 pgrx::error!(
                     "navis redo: BULK_IMAGES block reference {} has no usable image",
                     r.id
                 );
             }
-            super::page_set_lsn(page.as_mut_ptr().cast(), lsn);
-            let smgr = pg_sys::smgropen(r.node, pg_sys::InvalidBackendId);
-            pg_sys::smgrcreate(smgr, r.fork, true);
-            crate::relstore::write_block_at(smgr, r.fork, r.block, page.as_mut_ptr());
+            if buf != pg_sys::InvalidBuffer as pg_sys::Buffer {
+                pg_sys::UnlockReleaseBuffer(buf);
+            }
         }
     }
 }
@@ -89,10 +91,6 @@ unsafe fn redo_change(record: *mut pg_sys::XLogReaderState, data: &[u8]) {
                     r.id
                 );
             };
-            if matches!(at.kind, PageKind::Edge | PageKind::Vector) {
-                redo_bulk_block(record, r, at, &decoded, lsn);
-                continue;
-            }
             let mut buf: pg_sys::Buffer = pg_sys::InvalidBuffer as pg_sys::Buffer;
             let action = pg_sys::XLogReadBufferForRedo(record, r.id, &mut buf);
             if action == pg_sys::XLogRedoAction::BLK_NEEDS_REDO {
@@ -124,56 +122,5 @@ unsafe fn redo_change(record: *mut pg_sys::XLogReaderState, data: &[u8]) {
     // until it includes this change.
     if let (Some(shared), Some(r)) = (crate::shmem::shared(), refs.first()) {
         shared.bump_index_generation(&r.node);
-    }
-}
-
-/// A bulk page of a `CHANGE` record, never in shared_buffers: its image when the record has
-/// one (always for an edge page: the page after the change), else the page on disk with the
-/// change applied unless its LSN says it has it; then stamped, flushed past (advancing
-/// `minRecoveryPoint`, as for `BULK_IMAGES`) and written with smgr.
-///
-/// # Safety
-/// `record` is the record being replayed and `r` one of its block references.
-unsafe fn redo_bulk_block(
-    record: *mut pg_sys::XLogReaderState,
-    r: super::BlockRef,
-    at: navis_engine::relation::apply::PageRef,
-    decoded: &super::change::Decoded,
-    lsn: pg_sys::XLogRecPtr,
-) {
-    let mut page = crate::relstore::AlignedBlock::zeroed();
-    // SAFETY: the decoded record outlives this call; the block is read into and written
-    // from our own aligned block through an smgr handle of the referenced relation, and the
-    // startup process is the only writer.
-    unsafe {
-        let blocks = (*(*record).record).blocks.as_ptr();
-        let has_image = (*blocks.add(r.id as usize)).has_image;
-        let smgr = pg_sys::smgropen(r.node, pg_sys::InvalidBackendId);
-        pg_sys::smgrcreate(smgr, r.fork, true);
-        if has_image {
-            if !pg_sys::RestoreBlockImage(record, r.id, page.as_mut_ptr()) {
-                pgrx::error!(
-                    "navis redo: CHANGE block reference {} has no usable image",
-                    r.id
-                );
-            }
-        } else {
-            if r.block < pg_sys::smgrnblocks(smgr, r.fork) {
-                crate::relstore::read_bulk_block(smgr, r.fork, r.block, page.as_mut_ptr());
-            }
-            let bytes = page.bytes_mut();
-            if !navis_engine::pages::is_new(bytes) && navis_engine::pages::lsn(bytes) >= lsn {
-                return; // the page has this change already
-            }
-            let applied = decoded.with_change(|change| {
-                navis_engine::relation::apply::apply(&decoded.geometry, change, bytes, at, r.block)
-            });
-            if let Err(e) = applied {
-                pgrx::error!("navis redo: CHANGE on bulk block {}: {e}", r.block);
-            }
-        }
-        super::page_set_lsn(page.as_mut_ptr().cast(), lsn);
-        pg_sys::XLogFlush(lsn);
-        crate::relstore::write_block_at(smgr, r.fork, r.block, page.as_mut_ptr());
     }
 }

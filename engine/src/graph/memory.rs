@@ -181,6 +181,39 @@ fn entrance_bytes(n: usize, dim: usize) -> u64 {
         + per_thread_buffers(64, ENTRANCE_DEGREE)
 }
 
+/// The most rows whose in-memory build fits in `budget` bytes, counting `row_overhead` bytes
+/// the caller holds per row besides the vectors (a heap TID, say), or 0 when not even one
+/// does. The estimate grows with the row count, so a binary search finds the boundary. A
+/// memory-bounded build indexes this many rows in memory and inserts the rest.
+pub fn rows_within_budget(
+    budget: u64,
+    row_overhead: u64,
+    dim: usize,
+    max_degree: usize,
+    pq_bytes: usize,
+    build_list: usize,
+    threads: usize,
+) -> usize {
+    let need = |n: usize| {
+        estimate_build_memory_detailed(n, dim, max_degree, pq_bytes, build_list, threads).total()
+            + n as u64 * row_overhead
+    };
+    if need(1) > budget {
+        return 0;
+    }
+    // Each row costs at least its floats, so the answer is below budget / (4 dim).
+    let (mut fits, mut too_many) = (1usize, (budget / (4 * dim.max(1) as u64)) as usize + 2);
+    while too_many - fits > 1 {
+        let mid = fits + (too_many - fits) / 2;
+        if need(mid) <= budget {
+            fits = mid;
+        } else {
+            too_many = mid;
+        }
+    }
+    fits
+}
+
 /// Ok when `estimate` fits in `budget` bytes; otherwise a message saying how much is needed
 /// and what to change.
 pub fn check_budget(estimate: u64, budget: u64) -> Result<(), String> {
@@ -321,5 +354,24 @@ mod tests {
         assert_eq!(human_bytes(512), "512 bytes");
         assert_eq!(human_bytes(1536), "1.5 kB");
         assert_eq!(human_bytes(820 << 20), "820 MB");
+    }
+
+    #[test]
+    fn rows_within_budget_is_the_largest_count_that_fits() {
+        let (dim, r, pq, l, t) = (384, 64, 96, 128, 2);
+        for budget in [4u64 << 20, 64 << 20, 1 << 30] {
+            let n = rows_within_budget(budget, 8, dim, r, pq, l, t);
+            assert!(n > 0, "{budget}");
+            let at = |n: usize| {
+                estimate_build_memory_detailed(n, dim, r, pq, l, t).total() + 8 * n as u64
+            };
+            assert!(at(n) <= budget, "{n} rows need {} > {budget}", at(n));
+            assert!(
+                at(n + 1) > budget,
+                "{} rows would fit in {budget} too",
+                n + 1
+            );
+        }
+        assert_eq!(rows_within_budget(1024, 8, dim, r, pq, l, t), 0);
     }
 }

@@ -1,0 +1,95 @@
+//! The rows a navis build takes from the heap: one value per row read, detoasted in a
+//! per-row memory context, validated (dimensions, NaN/Infinity, NULL elements: ERROR naming
+//! the row) and filtered (NULL vectors, and zero vectors under cosine, are not indexed). Both
+//! passes of a build read rows through this, so they index exactly the same rows.
+
+use crate::datum::VectorInput;
+use crate::errors::raise;
+use navis_engine::storage::HeapTid;
+use navis_engine::Metric;
+use pgrx::pg_sys;
+use pgrx::{PgMemoryContexts, PgSqlErrorCode};
+
+pub struct RowReader {
+    input: VectorInput,
+    metric: Metric,
+    /// The dimension of the first row, which every later row must have.
+    pub dim: Option<usize>,
+    pub skipped_nulls: u64,
+    pub skipped_zero: u64,
+    tuple_cxt: PgMemoryContexts,
+}
+
+impl RowReader {
+    pub fn new(input: VectorInput, metric: Metric) -> RowReader {
+        RowReader {
+            input,
+            metric,
+            dim: None,
+            skipped_nulls: 0,
+            skipped_zero: 0,
+            tuple_cxt: PgMemoryContexts::new("navis build tuple"),
+        }
+    }
+
+    /// The row's vector and TID, or `None` for a row that is not indexed.
+    ///
+    /// # Safety
+    /// `datum` is the indexed column's value (of the opclass's input type) unless `is_null`.
+    pub unsafe fn read(
+        &mut self,
+        datum: pg_sys::Datum,
+        is_null: bool,
+        tid: pg_sys::ItemPointerData,
+    ) -> Option<(Vec<f32>, HeapTid)> {
+        if is_null {
+            self.skipped_nulls += 1; // NULL vectors are not indexed (as in pgvector)
+            return None;
+        }
+        let block = pgrx::itemptr::item_pointer_get_block_number(&tid);
+        let offset = pgrx::itemptr::item_pointer_get_offset_number(&tid);
+        let input = self.input;
+        // Detoasted copies go into a per-tuple context that is reset after each row.
+        // SAFETY: the datum is non-NULL and of the indexed column's type (the caller's word).
+        let v = unsafe {
+            self.tuple_cxt.switch_to(|_| {
+                let what = format!("vector in row ({block},{offset})");
+                let v = input.as_vector(datum, &what);
+                check_row(v, block, offset);
+                v.to_vec()
+            })
+        };
+        // SAFETY: nothing allocated in the tuple context outlives this call.
+        unsafe { self.tuple_cxt.reset() };
+        match self.dim {
+            None => self.dim = Some(v.len()),
+            Some(d) if d != v.len() => raise(
+                PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
+                format!(
+                    "cannot index row ({block},{offset}): it has {} dimensions, earlier rows have {d}",
+                    v.len()
+                ),
+                Some("All vectors in a navis index must have the same number of dimensions."),
+            ),
+            Some(_) => {}
+        }
+        // A zero vector has no direction, so its cosine distance to anything is NaN; like
+        // pgvector's HNSW, a cosine index leaves such rows out.
+        if self.metric == Metric::Cosine && v.iter().all(|x| *x == 0.0) {
+            self.skipped_zero += 1;
+            return None;
+        }
+        Some((v, HeapTid { block, offset }))
+    }
+}
+
+/// Validates one row's values.
+fn check_row(v: &[f32], block: u32, offset: u16) {
+    if let Err(e) = navis_engine::validate(v) {
+        raise(
+            crate::errors::vector_error_code(&e),
+            format!("cannot index row ({block},{offset}): {e}"),
+            Some("Fix or delete the row, or exclude it with a partial index (WHERE ...)."),
+        )
+    }
+}
