@@ -35,7 +35,10 @@ p -c "CREATE EXTENSION navis" -c "CREATE EXTENSION pg_walinspect"
 [ ${#systems[@]} = 2 ] && p -c "CREATE EXTENSION vector"
 python3 "$ROOT/scripts/fashion_mnist_copy.py" train $((BUILD_ROWS + INSERT_ROWS)) |
   p -c "CREATE TABLE src (id int PRIMARY KEY, label int, v real[]); COPY src FROM STDIN"
-standby_start "$P" "$PPORT" "$S" "$SPORT" "shared_preload_libraries = 'navis'" "shared_buffers = '1GB'"
+# A slot keeps the WAL the standby has not received (the checkpoints below would recycle it).
+p -c "SELECT pg_create_physical_replication_slot('walbench', true)" >/dev/null
+standby_start "$P" "$PPORT" "$S" "$SPORT" "shared_preload_libraries = 'navis'" "shared_buffers = '1GB'" \
+  "primary_slot_name = 'walbench'"
 
 # WAL between two LSNs: total bytes, and the bytes of one resource manager.
 wal_bytes() { p -c "SELECT pg_wal_lsn_diff('$2', '$1')::bigint"; }
@@ -63,15 +66,18 @@ for sys in "${systems[@]}"; do
   standby_catch_up "$P" "$PPORT" "$S" "$SPORT" 600
   s -c "SELECT pg_wal_replay_pause()" >/dev/null
   p -c "CHECKPOINT"
+  until [ "$(s -c "SELECT pg_get_wal_replay_pause_state()")" = paused ]; do sleep 0.1; done
   a=$(p -c "SELECT pg_current_wal_insert_lsn()")
   for ((lo = BUILD_ROWS + 1; lo <= BUILD_ROWS + INSERT_ROWS; lo += 10)); do
     echo "INSERT INTO t_$sys SELECT id, v::$cast FROM src WHERE id BETWEEN $lo AND $((lo + 9));"
   done | p >/dev/null
   b=$(p -c "SELECT pg_current_wal_insert_lsn()")
   ins_total=$(wal_bytes "$a" "$b"); ins_index=$(rmgr_bytes "$a" "$b" "$rmgr")
+  # the standby has received all of it (replay is paused, reception is not)
+  until [ "$(s -c "SELECT pg_last_wal_receive_lsn() >= '$b'::pg_lsn")" = t ]; do sleep 0.1; done
   t0=$(date +%s.%N)
   s -c "SELECT pg_wal_replay_resume()" >/dev/null
-  standby_catch_up "$P" "$PPORT" "$S" "$SPORT" 3600
+  until [ "$(s -c "SELECT pg_last_wal_replay_lsn() >= '$b'::pg_lsn")" = t ]; do sleep 0.05; done
   t1=$(date +%s.%N)
   awk -v sys="$sys" -v bt="$build_total" -v bi="$build_index" -v sz="$size" -v it="$ins_total" \
       -v ii="$ins_index" -v n="$INSERT_ROWS" -v t0="$t0" -v t1="$t1" 'BEGIN {

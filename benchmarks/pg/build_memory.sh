@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# CREATE INDEX under a small maintenance_work_mem against the in-memory build (issue 14 part 2):
+# the same Fashion-MNIST rows indexed at each setting, build time (one run each, so only their
+# ratio means anything on a shared machine) and recall@10 of 100 test images against exact
+# search, with the NOTICE that says how many rows were built in memory.
+#
+#   bash benchmarks/pg/build_memory.sh [ROWS] [SETTINGS...]   (defaults 60000, 64MB 1GB)
+#
+# Install the release build first (cargo pgrx install --release). Output: a markdown table.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+source "$ROOT/scripts/lib/cluster.sh"
+ROWS=${1:-60000}
+shift || true
+SETTINGS=(64MB 1GB)
+[ $# -eq 0 ] || SETTINGS=("$@")
+D=/tmp/navis-buildmem PORT=54352
+cluster_start "$D" "$PORT" "shared_preload_libraries = 'navis'" "shared_buffers = '1GB'" "max_wal_size = '8GB'"
+trap 'cluster_stop "$D"' EXIT
+p() { cluster_psql "$D" "$PORT" -v ON_ERROR_STOP=1 -At "$@"; }
+p -c "CREATE EXTENSION navis"
+python3 "$ROOT/scripts/fashion_mnist_copy.py" train "$ROWS" |
+  p -c "CREATE TABLE f (id int PRIMARY KEY, label int, v real[]); COPY f FROM STDIN"
+python3 "$ROOT/scripts/fashion_mnist_copy.py" test 100 |
+  p -c "CREATE TABLE q (id int, label int, v real[]); COPY q FROM STDIN"
+p -c "VACUUM ANALYZE f" -c "SET enable_indexscan = off" \
+  -c "CREATE TABLE exact AS SELECT q.id AS qid, n.id FROM q CROSS JOIN LATERAL (SELECT id FROM f ORDER BY f.v <-> q.v LIMIT 10) n"
+echo "| maintenance_work_mem | CREATE INDEX (s) | rows built in memory | recall@10 |"
+echo "|---|---|---|---|"
+for m in "${SETTINGS[@]}"; do
+  t0=$(date +%s.%N)
+  notice=$(p -c "SET maintenance_work_mem = '$m'" -c "SET max_parallel_maintenance_workers = 1" \
+    -c "CREATE INDEX f_v ON f USING navis (v)" 2>&1 >/dev/null | grep -o 'holds [0-9]* of the [0-9]* rows' || true)
+  t1=$(date +%s.%N)
+  recall=$(p -c "SET enable_seqscan = off" -c "SELECT round(count(*) FILTER (WHERE EXISTS
+      (SELECT 1 FROM exact e WHERE e.qid = a.qid AND e.id = a.id)) / 1000.0, 4)
+      FROM (SELECT q.id AS qid, n.id FROM q CROSS JOIN LATERAL (SELECT id FROM f ORDER BY f.v <-> q.v LIMIT 10) n) a" | tail -1)
+  built=${notice:-all $ROWS rows}
+  awk -v m="$m" -v t0="$t0" -v t1="$t1" -v b="$built" -v r="$recall" \
+    'BEGIN { printf "| %s | %.1f | %s | %s |\n", m, t1 - t0, b, r }'
+  p -c "DROP INDEX f_v"
+done
+echo
+echo "$ROWS Fashion-MNIST rows, 2 build threads, $(nproc) cores; $(date -u +%F)."
