@@ -278,6 +278,10 @@ test_crash_during_inserts() {
 # rolled-back row is ever returned, and after the last cycle and a VACUUM navis_verify is clean.
 kill_server() {
   local pm; pm=$(head -1 "$DIR/data/postmaster.pid")
+  # The postmaster is stopped first: a backend it forked between killing its children and
+  # killing it would outlive both, keep the old shared memory attached (so the restart waits
+  # on it) and hang its client.
+  kill -STOP "$pm" || true
   pkill -9 -P "$pm" || true
   kill -9 "$pm" || true
   local i
