@@ -131,6 +131,7 @@ pub unsafe extern "C-unwind" fn amrescan(
             None,
         )
     }
+    count_index_scan(index);
     // SAFETY: the first ORDER BY key.
     let key = unsafe { &*(*scan).orderByData };
     if key.sk_flags & pg_sys::SK_ISNULL as i32 != 0 {
@@ -160,6 +161,23 @@ pub unsafe extern "C-unwind" fn amrescan(
         )
     }
     state.running = Some(start(Rc::clone(&open), &query));
+}
+
+/// PostgreSQL's `pgstat_count_index_scan`: one more scan of `index` in
+/// `pg_stat_user_indexes.idx_scan` (btree counts one per `_bt_first`, navis one per rescan
+/// with an ORDER BY key). The executor already counts the tuples (`idx_tup_read`).
+fn count_index_scan(index: pg_sys::Relation) {
+    // SAFETY: `index` is the scan's open relation; this is the macro pair
+    // pgstat_should_count_relation / pgstat_count_index_scan spelled out.
+    unsafe {
+        if (*index).pgstat_info.is_null() && (*index).pgstat_enabled {
+            pg_sys::pgstat_assoc_relation(index);
+        }
+        let info = (*index).pgstat_info;
+        if !info.is_null() {
+            (*info).t_counts.t_numscans += 1;
+        }
+    }
 }
 
 fn search_params() -> (SearchParams, bool) {

@@ -101,3 +101,15 @@ SET navis.direct_io = off;
 SELECT count(*) AS rows, count(*) FILTER (WHERE d.id IS NULL) AS different
 FROM knn('<->', 10, false) b LEFT JOIN direct_rows d USING (qid, id);
 RESET navis.direct_io;
+-- pg_stat_user_indexes counts navis scans (idx_scan, one per ordered scan) and the tuples they
+-- returned (idx_tup_read), as for every index
+SET enable_seqscan = off;
+SELECT pg_stat_force_next_flush();
+SELECT idx_scan AS scans_before, idx_tup_read AS tuples_before FROM pg_stat_user_indexes WHERE indexrelname = 'c_l2' \gset
+SELECT count(*) FROM (SELECT id FROM c ORDER BY embedding <-> (SELECT embedding FROM f WHERE id = 1) LIMIT 5) s;
+SELECT count(*) FROM (SELECT id FROM c ORDER BY embedding <-> (SELECT embedding FROM f WHERE id = 2) LIMIT 5) s;
+SELECT count(*) FROM (SELECT id FROM c ORDER BY embedding <-> (SELECT embedding FROM f WHERE id = 3) LIMIT 5) s;
+SELECT pg_stat_force_next_flush();
+SELECT idx_scan - :scans_before AS new_scans, idx_tup_read - :tuples_before AS new_tuples
+FROM pg_stat_user_indexes WHERE indexrelname = 'c_l2';
+RESET enable_seqscan;

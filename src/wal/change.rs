@@ -30,10 +30,10 @@
 //! - delete flags, free: count (u32), vertex ids (u32 each);
 //! - promote: stream offset (u64), length (u32), the record's bytes.
 //!
-//! Redo, per block reference: a buffer-managed page through `XLogReadBufferForRedo` and, when
-//! it says `BLK_NEEDS_REDO`, `apply::apply` on it (formatting it first if it is new); a bulk
-//! page from its image if the record has one, else read from disk and applied unless its LSN
-//! already covers the record, then written with smgr after `XLogFlush` (minRecoveryPoint).
+//! Redo, per block reference, bulk pages included: `XLogReadBufferForRedo` (which restores an
+//! image when the record has one) and, when it says `BLK_NEEDS_REDO`, `apply::apply` on the
+//! page (formatting it first if it is new). Bulk pages thus go through shared_buffers in redo
+//! (RFC 0001 §5: PostgreSQL then advances `minRecoveryPoint` in batches as it writes them).
 //! Idempotent like every `apply`.
 
 use navis_engine::pages::edge::EdgeLayout;
