@@ -86,19 +86,24 @@ struct Sizing {
 }
 
 impl Sizing {
+    /// The PQ code size of a `dim`-dimensional index with these options.
+    fn pq_bytes_for(&self, dim: usize) -> usize {
+        IndexParams {
+            pq_bytes: self.pq_bytes,
+            ..IndexParams::default()
+        }
+        .pq_bytes_for(dim)
+    }
+
     /// Rows of `dim` dimensions whose in-memory build (with the 8-byte heap TID the scan keeps
     /// per row) fits in maintenance_work_mem.
     fn rows_in_memory(&self, dim: usize) -> usize {
-        let params = IndexParams {
-            pq_bytes: self.pq_bytes,
-            ..IndexParams::default()
-        };
         navis_engine::graph::rows_within_budget(
             self.budget,
             8,
             dim,
             self.max_degree,
-            params.pq_bytes_for(dim),
+            self.pq_bytes_for(dim),
             self.build_list,
             self.threads,
         )
@@ -106,15 +111,11 @@ impl Sizing {
 
     /// Memory an in-memory build of `rows` rows needs.
     fn bytes_for(&self, rows: usize, dim: usize) -> u64 {
-        let params = IndexParams {
-            pq_bytes: self.pq_bytes,
-            ..IndexParams::default()
-        };
         navis_engine::graph::memory::estimate_build_memory_detailed(
             rows,
             dim,
             self.max_degree,
-            params.pq_bytes_for(dim),
+            self.pq_bytes_for(dim),
             self.build_list,
             self.threads,
         )
@@ -250,27 +251,8 @@ pub unsafe extern "C-unwind" fn ambuild(
     // Heap tuples the scan considered, whether indexed or not (NULLs, zero vectors, rows a
     // partial index's predicate leaves out): PostgreSQL sets the table's reltuples from it,
     // so it must count the table, not the index.
-    // SAFETY: heap and index are the open relations PostgreSQL passed to ambuild, whose
-    // table AM provides index_build_range_scan (as table_index_build_scan calls it); the
-    // callback only touches `scan`, which outlives the call.
-    let heap_tuples = unsafe {
-        let scan_range = (*(*heap).rd_tableam)
-            .index_build_range_scan
-            .expect("every table access method can scan for an index build");
-        scan_range(
-            heap,
-            index,
-            index_info,
-            true,
-            false,
-            true,
-            0,
-            pg_sys::InvalidBlockNumber,
-            Some(build_callback),
-            (&mut scan as *mut BuildScan).cast(),
-            std::ptr::null_mut(),
-        )
-    };
+    let heap_tuples =
+        crate::build_rows::scan_heap(heap, index, index_info, build_callback, &mut scan);
     let dim = scan.rows.dim;
     if let Some(dim) = dim {
         options.validate_for(dim);
@@ -340,7 +322,7 @@ pub unsafe extern "C-unwind" fn ambuild(
     }
     if scan.beyond > 0 {
         progress(pg_sys::PROGRESS_CREATEIDX_SUBPHASE, PHASE_INSERT);
-        crate::build_insert::insert_beyond(heap, index, index_info, input, metric, scan.tids, n);
+        crate::build_insert::insert_beyond(heap, index, index_info, input, metric, scan.tids);
     }
 
     // SAFETY: alloc0 returns a zeroed IndexBuildResult in the current memory context, which

@@ -65,10 +65,8 @@ pub fn insert_beyond(
     input: VectorInput,
     metric: Metric,
     mut built: Vec<HeapTid>,
-    in_memory: usize,
 ) {
     built.sort_unstable_by_key(|t| (t.block, t.offset));
-    debug_assert_eq!(built.len(), in_memory);
     let open = open_index(index);
     let _bound = open.bind(index);
     let mut scan = InsertScan {
@@ -78,24 +76,5 @@ pub fn insert_beyond(
         built,
         done: 0,
     };
-    // SAFETY: as for the first pass (build.rs): the relations PostgreSQL passed to ambuild,
-    // whose table AM provides index_build_range_scan; the callback only touches `scan`.
-    unsafe {
-        let scan_range = (*(*heap).rd_tableam)
-            .index_build_range_scan
-            .expect("every table access method can scan for an index build");
-        scan_range(
-            heap,
-            index,
-            index_info,
-            true,
-            false,
-            true,
-            0,
-            pg_sys::InvalidBlockNumber,
-            Some(insert_callback),
-            (&mut scan as *mut InsertScan).cast(),
-            std::ptr::null_mut(),
-        );
-    }
+    crate::build_rows::scan_heap(heap, index, index_info, insert_callback, &mut scan);
 }

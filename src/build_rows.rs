@@ -15,8 +15,6 @@ pub struct RowReader {
     metric: Metric,
     /// The dimension of the first row, which every later row must have.
     pub dim: Option<usize>,
-    pub skipped_nulls: u64,
-    pub skipped_zero: u64,
     tuple_cxt: PgMemoryContexts,
 }
 
@@ -26,8 +24,6 @@ impl RowReader {
             input,
             metric,
             dim: None,
-            skipped_nulls: 0,
-            skipped_zero: 0,
             tuple_cxt: PgMemoryContexts::new("navis build tuple"),
         }
     }
@@ -43,8 +39,7 @@ impl RowReader {
         tid: pg_sys::ItemPointerData,
     ) -> Option<(Vec<f32>, HeapTid)> {
         if is_null {
-            self.skipped_nulls += 1; // NULL vectors are not indexed (as in pgvector)
-            return None;
+            return None; // NULL vectors are not indexed (as in pgvector)
         }
         let block = pgrx::itemptr::item_pointer_get_block_number(&tid);
         let offset = pgrx::itemptr::item_pointer_get_offset_number(&tid);
@@ -76,10 +71,52 @@ impl RowReader {
         // A zero vector has no direction, so its cosine distance to anything is NaN; like
         // pgvector's HNSW, a cosine index leaves such rows out.
         if self.metric == Metric::Cosine && v.iter().all(|x| *x == 0.0) {
-            self.skipped_zero += 1;
             return None;
         }
         Some((v, HeapTid { block, offset }))
+    }
+}
+
+/// The callback `index_build_range_scan` calls per heap tuple.
+pub type RowCallback = unsafe extern "C-unwind" fn(
+    pg_sys::Relation,
+    pg_sys::ItemPointer,
+    *mut pg_sys::Datum,
+    *mut bool,
+    bool,
+    *mut std::ffi::c_void,
+);
+
+/// Scans `heap` for a build of `index`, calling `callback` with `state` for every tuple to
+/// index (both passes of a build); returns the heap tuples considered, which PostgreSQL
+/// makes the table's `reltuples`.
+pub fn scan_heap<S>(
+    heap: pg_sys::Relation,
+    index: pg_sys::Relation,
+    index_info: *mut pg_sys::IndexInfo,
+    callback: RowCallback,
+    state: &mut S,
+) -> f64 {
+    // SAFETY: heap and index are the open relations PostgreSQL passed to ambuild, whose table
+    // AM provides index_build_range_scan (as table_index_build_scan calls it); the callback
+    // only touches `state`, which outlives the call.
+    unsafe {
+        let scan_range = (*(*heap).rd_tableam)
+            .index_build_range_scan
+            .expect("every table access method can scan for an index build");
+        scan_range(
+            heap,
+            index,
+            index_info,
+            true,
+            false,
+            true,
+            0,
+            pg_sys::InvalidBlockNumber,
+            Some(callback),
+            (state as *mut S).cast(),
+            std::ptr::null_mut(),
+        )
     }
 }
 

@@ -19,7 +19,6 @@ use navis_engine::casr::WindowCalibrator;
 use navis_engine::counters::SearchCounters;
 use navis_engine::index::{DiskReader, Index, SpareReader};
 use navis_engine::pages::meta::Meta;
-use navis_engine::store::PageStore;
 use pgrx::pg_sys;
 use pgrx::PgSqlErrorCode;
 use std::cell::{Cell, RefCell};
@@ -216,9 +215,10 @@ pub fn read_meta(index: pg_sys::Relation) -> Option<Meta> {
     if relstore::nblocks(index) == 0 {
         return None;
     }
-    let store = PgBufStore::new(index);
+    // Block 0 is buffer-managed: one buffer read, no disk read (every access-method call
+    // comes here).
     let mut page = vec![0u8; relstore::BLOCK_SIZE];
-    store.read_block(0, &mut page).ok()?;
+    crate::pglog::read_buffered(index, 0, &mut page);
     Meta::decode(&page).ok()
 }
 
@@ -272,7 +272,7 @@ fn reopen(
         // once, before the first copy of this lifetime (and of each standby generation).
         // SAFETY: `index` is open and locked by the caller's access-method call.
         unsafe { pg_sys::FlushRelationBuffers(index) };
-        runtime::sweep(key.epoch);
+        runtime::sweep(&key);
         if let Err(e) = std::fs::create_dir_all(runtime::ROOT) {
             raise(
                 PgSqlErrorCode::ERRCODE_IO_ERROR,

@@ -91,7 +91,7 @@ impl PgBufStore {
 }
 
 /// Copies block `block` of `rel` out of its buffer under a share lock.
-fn read_buffered(rel: pg_sys::Relation, block: u32, out: &mut [u8]) {
+pub fn read_buffered(rel: pg_sys::Relation, block: u32, out: &mut [u8]) {
     // SAFETY: the buffer is pinned and share-locked while BLCKSZ bytes are copied out.
     unsafe {
         let buf = pg_sys::ReadBuffer(rel, block);

@@ -80,28 +80,48 @@ fn main_fork(spc: u32, db: u32, rel: u32) -> PathBuf {
     }
 }
 
+/// A copy of the same relation that `current` replaces (a hot standby's older generation,
+/// another build of a reused relfilenode, the standby copy after promotion) is removed only
+/// once it is this old: a backend that read the older generation a moment ago may still be
+/// opening it, and once open, its mapped files outlive the unlink. (A backend that took
+/// longer than this between reading the generation and opening the copy would get an ERROR
+/// for that one scan; not seen, not tested.)
+const SUPERSEDED_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Removes the copies that nothing can use again: of relations whose main fork is gone or
-/// empty (dropped, or rewritten under a new relfilenode that committed) and of earlier server
-/// lifetimes (left when `remove_temp_files_after_crash` is off). Called before a new copy is
-/// made, so copies do not pile up between restarts. A backend that still maps files of a
-/// removed copy keeps them until it lets go (the files are unlinked, not truncated).
-pub fn sweep(epoch: u64) -> usize {
+/// empty (dropped, or rewritten under a new relfilenode that committed), of earlier server
+/// lifetimes (left when `remove_temp_files_after_crash` is off), and copies of `current`'s
+/// relation that it supersedes (after [`SUPERSEDED_GRACE`]): without the last rule a hot
+/// standby would keep one copy per replayed change that a scan saw. Called before `current`
+/// is made. A backend that still maps files of a removed copy keeps them until it lets go
+/// (the files are unlinked, not truncated).
+pub fn sweep(current: &CopyKey) -> usize {
     let Ok(entries) = fs::read_dir(ROOT) else {
         return 0;
     };
+    let current_name = current.dir();
+    let current_name = current_name.file_name().unwrap_or_default();
     let mut removed = 0;
     for e in entries.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
         let Some((spc, db, rel, copy_epoch)) = parse(&name) else {
-            continue; // a copy being made (".tmp." names) or not ours
+            continue; // not ours
         };
         if name.contains(".tmp.") {
-            continue;
+            continue; // a copy being made
         }
         // A dropped relfilenode's first segment is truncated at commit and unlinked after
         // the next checkpoint: empty or missing, it is gone.
-        let gone = fs::metadata(main_fork(spc, db, rel)).map_or(true, |m| m.len() == 0);
-        if (copy_epoch != epoch || gone) && fs::remove_dir_all(e.path()).is_ok() {
+        let gone = || fs::metadata(main_fork(spc, db, rel)).map_or(true, |m| m.len() == 0);
+        let superseded = || {
+            (spc, db, rel) == (current.spc, current.db, current.relfilenode)
+                && e.file_name() != current_name
+                && e.metadata()
+                    .and_then(|m| m.modified())
+                    .is_ok_and(|t| t.elapsed().is_ok_and(|age| age > SUPERSEDED_GRACE))
+        };
+        let dead = copy_epoch != current.epoch || gone() || superseded();
+        if dead && fs::remove_dir_all(e.path()).is_ok() {
             removed += 1;
         }
     }
