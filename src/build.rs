@@ -86,6 +86,25 @@ struct Sizing {
 }
 
 impl Sizing {
+    /// The sizing of a build of `options` in this session: `maintenance_work_mem` and
+    /// `max_parallel_maintenance_workers + 1` threads.
+    fn of(options: &BuildOptions) -> Sizing {
+        // SAFETY: reading integer GUC globals.
+        let (budget_kb, workers) = unsafe {
+            (
+                pg_sys::maintenance_work_mem as u64,
+                pg_sys::max_parallel_maintenance_workers,
+            )
+        };
+        Sizing {
+            max_degree: options.max_degree as usize,
+            build_list: options.build_list as usize,
+            pq_bytes: (options.pq_bytes > 0).then_some(options.pq_bytes as usize),
+            threads: (workers.max(0) as usize) + 1,
+            budget: budget_kb * 1024,
+        }
+    }
+
     /// The PQ code size of a `dim`-dimensional index with these options.
     fn pq_bytes_for(&self, dim: usize) -> usize {
         IndexParams {
@@ -122,6 +141,35 @@ impl Sizing {
         .total()
             + rows as u64 * 8
     }
+}
+
+/// The engine's build parameters for `index` with its `options`, `dim` known or not, in this
+/// session (threads and memory budget as for CREATE INDEX).
+pub(crate) fn index_params(
+    index: pg_sys::Relation,
+    options: &BuildOptions,
+    dim: Option<usize>,
+) -> IndexParams {
+    let sizing = Sizing::of(options);
+    IndexParams {
+        metric: index_metric(index),
+        dim,
+        max_degree: options.max_degree as usize,
+        build_list: options.build_list as usize,
+        alpha: options.alpha,
+        pq_bytes: sizing.pq_bytes,
+        entrance_ratio: options.entrance_ratio as f32,
+        entrance_degree: options.entrance_degree as usize,
+        threads: sizing.threads,
+        memory_budget: Some(sizing.budget),
+        ..IndexParams::default()
+    }
+}
+
+/// Rows of `dim` dimensions an in-memory build of `index` may take in this session (what
+/// maintenance_work_mem holds).
+pub(crate) fn rows_in_memory(options: &BuildOptions, dim: usize) -> usize {
+    Sizing::of(options).rows_in_memory(dim)
 }
 
 /// Rows collected by the build scan: the first ones that fit in maintenance_work_mem; the
@@ -213,32 +261,13 @@ pub unsafe extern "C-unwind" fn ambuild(
     index_info: *mut pg_sys::IndexInfo,
 ) -> *mut pg_sys::IndexBuildResult {
     shmem::require("CREATE INDEX ... USING navis");
-    // SAFETY: an open index relation has rd_rel and at least one entry in rd_opcintype.
-    let (persistence, type_oid) =
-        unsafe { ((*(*index).rd_rel).relpersistence, *(*index).rd_opcintype) };
-    if persistence == pg_sys::RELPERSISTENCE_UNLOGGED as std::ffi::c_char {
-        refuse_unlogged();
-    }
+    // SAFETY: an open index relation has at least one entry in rd_opcintype.
+    let type_oid = unsafe { *(*index).rd_opcintype };
     let input = VectorInput::for_type(type_oid);
     let metric = index_metric(index);
     let options = BuildOptions::of_index(index);
-    // SAFETY: reading integer GUC globals.
-    let (budget_kb, workers) = unsafe {
-        (
-            pg_sys::maintenance_work_mem as u64,
-            pg_sys::max_parallel_maintenance_workers,
-        )
-    };
-    let budget = budget_kb * 1024;
-
-    let threads = (workers.max(0) as usize) + 1;
-    let sizing = Sizing {
-        max_degree: options.max_degree as usize,
-        build_list: options.build_list as usize,
-        pq_bytes: (options.pq_bytes > 0).then_some(options.pq_bytes as usize),
-        threads,
-        budget,
-    };
+    let sizing = Sizing::of(&options);
+    let budget = sizing.budget;
     progress(pg_sys::PROGRESS_CREATEIDX_SUBPHASE, PHASE_SCAN);
     let mut scan = BuildScan {
         rows: RowReader::new(input, metric),
@@ -276,19 +305,7 @@ pub unsafe extern "C-unwind" fn ambuild(
         );
     }
 
-    let params = IndexParams {
-        metric,
-        dim,
-        max_degree: options.max_degree as usize,
-        build_list: options.build_list as usize,
-        alpha: options.alpha,
-        pq_bytes: (options.pq_bytes > 0).then_some(options.pq_bytes as usize),
-        entrance_ratio: options.entrance_ratio as f32,
-        entrance_degree: options.entrance_degree as usize,
-        threads,
-        memory_budget: Some(budget),
-        ..IndexParams::default()
-    };
+    let params = index_params(index, &options, dim);
 
     let store = PgStore::for_new_relation(index).unwrap_or_else(|e| {
         raise(
@@ -333,24 +350,52 @@ pub unsafe extern "C-unwind" fn ambuild(
     result.into_pg()
 }
 
-fn refuse_unlogged() -> ! {
-    raise(
-        PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-        "navis indexes on unlogged tables are not supported".into(),
-        Some("Index a regular (logged) table, or ALTER TABLE ... SET LOGGED first."),
-    )
-}
-
-/// `ambuildempty` (the init fork of an unlogged index): refused, see [`refuse_unlogged`].
+/// `ambuildempty`: the init fork of an index on an unlogged table, which PostgreSQL copies
+/// over the main fork after a crash: an empty index (metapage, placeholder codebook, extent
+/// map), WAL-logged page by page as `btbuildempty` does. The first insert after the reset
+/// builds it from its first row (regrow.rs).
 #[pg_guard]
-pub unsafe extern "C-unwind" fn ambuildempty(_index: pg_sys::Relation) {
-    refuse_unlogged()
+pub unsafe extern "C-unwind" fn ambuildempty(index: pg_sys::Relation) {
+    let options = BuildOptions::of_index(index);
+    let params = index_params(index, &options, None);
+    let image = navis_engine::store::MemStore::new();
+    let built = build_relation(
+        &image,
+        &[],
+        &[],
+        &params,
+        new_build_id(),
+        &|_, _, _| {},
+        &|| false,
+    );
+    if let Err(e) = built {
+        build_failed(e);
+    }
+    let blocks = image.nblocks().unwrap_or(0);
+    let mut page = crate::relstore::AlignedBlock::zeroed();
+    // SAFETY: the init fork exists (PostgreSQL created it before calling us) and nobody else
+    // can see this relation yet; each page is logged, then checksummed and written, and the
+    // fork is synced before commit, as for every init fork.
+    unsafe {
+        let smgr = pg_sys::RelationGetSmgr(index);
+        let fork = pg_sys::ForkNumber::INIT_FORKNUM;
+        for block in 0..blocks {
+            if let Err(e) = image.read_block(block, page.bytes_mut()) {
+                build_failed(e.into());
+            }
+            let mut node = (*smgr).smgr_rnode.node;
+            pg_sys::log_newpage(&mut node, fork, block, page.as_mut_ptr().cast(), true);
+            pg_sys::PageSetChecksumInplace(page.as_mut_ptr().cast(), block);
+            pg_sys::smgrextend(smgr, fork, block, page.as_mut_ptr(), false);
+        }
+        pg_sys::smgrimmedsync(smgr, fork);
+    }
 }
 
 /// A fresh random build id (never 0): it keys NAVIS-Cache frames and runtime copies, so two
 /// builds of one relfilenode (TRUNCATE of a table created in the same transaction) never
 /// share either.
-fn new_build_id() -> u64 {
+pub(crate) fn new_build_id() -> u64 {
     let mut id = 0u64;
     // SAFETY: pg_strong_random fills exactly 8 bytes of a local.
     let ok = unsafe { pg_sys::pg_strong_random(&mut id as *mut u64 as *mut std::ffi::c_void, 8) };

@@ -6,6 +6,7 @@ use crate::datum::VectorInput;
 use crate::errors::raise;
 use crate::guc;
 use crate::open::{open_index, OpenIndex};
+use crate::regrow;
 use crate::runtime;
 use navis_engine::cache::Caller;
 use navis_engine::storage::HeapTid;
@@ -49,35 +50,45 @@ pub unsafe extern "C-unwind" fn aminsert(
     if metric == Metric::Cosine && vector.iter().all(|x| *x == 0.0) {
         return false; // no direction, no cosine distance: left out, as the build does
     }
+    let tid = HeapTid { block, offset };
+    let name = || runtime::relation_name(index);
+    let check_dim = |open: &OpenIndex| {
+        if open.index.accepts_inserts() && vector.len() != open.index.dim() {
+            raise(
+                PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
+                format!(
+                    "cannot index row ({block},{offset}): it has {} dimensions, index \"{}\" has {}",
+                    vector.len(),
+                    name(),
+                    open.index.dim()
+                ),
+                Some("All vectors in a navis index must have the same number of dimensions."),
+            )
+        }
+    };
+    // An empty index, or one whose rows reached the next rebuild threshold: rebuilt from its
+    // rows with this one (regrow.rs), unless another backend is rebuilding it right now.
+    let open = open_index(index);
+    check_dim(&open);
+    if regrow::due(index, &open) && regrow::rebuild_with(index, vector, tid) {
+        return false;
+    }
+    drop(open);
+    // Held across the insert so that no rebuild switches builds under it; the index is
+    // opened again under it, as a rebuild may have switched builds meanwhile.
+    regrow::lock_writers_shared(index);
     let open = open_index(index);
     let _bound = open.bind(index);
-    let name = || runtime::relation_name(index);
+    check_dim(&open);
     if !open.index.accepts_inserts() {
         raise(
-            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
-            format!(
-                "navis index \"{}\" was built over an empty table and cannot take rows yet",
-                name()
-            ),
-            Some(&format!(
-                "navis trains its quantizer when the index is built. Load some rows first and create the index then, or run REINDEX INDEX {} after loading.",
-                name()
-            )),
+            PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+            format!("navis index \"{}\" has no build to insert into", name()),
+            Some(&format!("Run REINDEX INDEX {}.", name())),
         )
     }
-    if vector.len() != open.index.dim() {
-        raise(
-            PgSqlErrorCode::ERRCODE_DATA_EXCEPTION,
-            format!(
-                "cannot index row ({block},{offset}): it has {} dimensions, index \"{}\" has {}",
-                vector.len(),
-                name(),
-                open.index.dim()
-            ),
-            Some("All vectors in a navis index must have the same number of dimensions."),
-        )
-    }
-    insert_row(index, &open, vector, HeapTid { block, offset });
+    insert_row(index, &open, vector, tid);
+    regrow::unlock_writers_shared(index);
     false
 }
 

@@ -22,6 +22,7 @@ mod options;
 mod pglog;
 mod pgstore;
 mod pgvector;
+mod regrow;
 mod relstore;
 mod runtime;
 mod scan;

@@ -30,6 +30,8 @@ struct Pending {
 
 pub struct PgStore {
     rel: pg_sys::Relation,
+    /// Blocks below this belong to a build other backends may be reading: never written.
+    floor: u32,
     owner: ThreadId,
     pending: Mutex<Pending>,
 }
@@ -52,9 +54,29 @@ impl PgStore {
         }
         Ok(PgStore {
             rel,
+            floor: 0,
             owner: std::thread::current().id(),
             pending: Mutex::new(Pending::default()),
         })
+    }
+
+    /// A store that appends a new build after the index already in `rel` (an online
+    /// rebuild, `regrow.rs`): it never writes the existing blocks, and the caller excludes
+    /// every other writer of the relation while it writes. The new blocks are beyond
+    /// anything other backends read until the caller switches the metapage, so no buffer of
+    /// them exists and writing them around shared_buffers is safe, as for a new relation.
+    pub fn appending(rel: pg_sys::Relation) -> PgStore {
+        let floor = relstore::nblocks(rel);
+        PgStore {
+            rel,
+            floor,
+            owner: std::thread::current().id(),
+            pending: Mutex::new(Pending {
+                first: floor,
+                pages: Vec::new(),
+                reserved: floor,
+            }),
+        }
     }
 
     fn check_thread(&self) -> Result<(), StorageError> {
@@ -115,6 +137,12 @@ impl PageStore for PgStore {
         let mut p = self.lock()?;
         if page.len() != BLOCK_SIZE {
             return Err(StorageError::invalid("page of the wrong size"));
+        }
+        if block < self.floor {
+            return Err(StorageError::invalid(format!(
+                "block {block} belongs to the build in use; a rebuild writes from block {}",
+                self.floor
+            )));
         }
         if block >= p.reserved.max(relstore::nblocks(self.rel)) {
             return Err(StorageError::invalid(format!(

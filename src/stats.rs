@@ -82,6 +82,8 @@ fn navis_index_stats(
         name!(rerank_vector_loads, i64),
         name!(bytes_read, i64),
         name!(resumes, i64),
+        name!(built_rows, i64),
+        name!(retired_bytes, i64),
     ),
 > {
     let row = with_index(index.oid(), |rel| {
@@ -126,6 +128,11 @@ fn navis_index_stats(
             c.rerank_vector_loads as i64,
             c.bytes_read as i64,
             c.resumes as i64,
+            m.vertex_count as i64,
+            // Blocks of earlier builds an online rebuild left behind (regrow.rs).
+            open::read_meta(rel).map_or(0, |meta| {
+                (meta.first_block.saturating_sub(1)) as i64 * relstore::BLOCK_SIZE as i64
+            }),
         )
     });
     TableIterator::once(row)

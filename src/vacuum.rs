@@ -10,6 +10,7 @@ use crate::build::interrupt_pending;
 use crate::errors::raise_index_error;
 use crate::open::{open_index, read_meta, OpenIndex};
 use crate::options::BuildOptions;
+use crate::regrow;
 use crate::runtime;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -17,8 +18,11 @@ use std::rc::Rc;
 
 /// The index as VACUUM sees it, or `None` for an index without a navis metapage (VACUUM of
 /// a table must not fail because one of its indexes needs a REINDEX; scans report that).
+/// With `Some`, the writers lock is held shared (no online rebuild switches builds under
+/// VACUUM, `regrow.rs`) until [`regrow::unlock_writers_shared`].
 fn open_for_vacuum(index: pg_sys::Relation) -> Option<Rc<OpenIndex>> {
     read_meta(index)?;
+    regrow::lock_writers_shared(index);
     Some(open_index(index))
 }
 
@@ -78,6 +82,7 @@ pub unsafe extern "C-unwind" fn ambulkdelete(
             e,
         ),
     }
+    regrow::unlock_writers_shared(index);
     stats
 }
 
@@ -118,5 +123,6 @@ pub unsafe extern "C-unwind" fn amvacuumcleanup(
         (*stats).num_index_tuples = open.index.live_len() as f64;
         (*stats).estimated_count = false;
     }
+    regrow::unlock_writers_shared(index);
     stats
 }

@@ -33,12 +33,14 @@
 //!
 //! The module's files, one job each: `build` (the phases and their report), `opened`
 //! ([`Index`]: an opened index and its search entry points), `reader` ([`DiskReader`]: one
-//! thread's reads of the index's files), `error` ([`IndexError`]).
+//! thread's reads of the index's files), `error` ([`IndexError`]), `regrow` (when an index
+//! rebuilds itself from its own rows, and the snapshot and changes such a rebuild uses).
 
 mod build;
 mod error;
 mod opened;
 mod reader;
+pub mod regrow;
 #[cfg(test)]
 mod tests;
 

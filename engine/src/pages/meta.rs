@@ -1,7 +1,8 @@
 //! The metapage, block 0 (RFC 0001 §2): everything needed to interpret the other pages, what
 //! the build decided (medoid, build vertices, build id), where the blobs are, and the blocks
 //! of the extent-map pages. Buffer-managed in PostgreSQL (changed under its exclusive lock,
-//! WAL-logged); after the build it changes only when the extent map needs another page.
+//! WAL-logged); after the build it changes only when the extent map needs another page, or
+//! when an online rebuild (`crate::index::regrow`) replaces it with its own.
 //!
 //! Payload (little-endian; offsets from the start of the payload):
 //!
@@ -18,7 +19,7 @@
 //! | 32 | 4 | entrance degree |
 //! | 36 | 4 | medoid |
 //! | 40 | 4 | vertices written by the build |
-//! | 44 | 4 | reserved, 0 |
+//! | 44 | 4 | first block of this build (blocks 1.. below it hold earlier builds; 0 reads as 1) |
 //! | 48 | 8 | build id (random; keys NAVIS-Cache frames and the runtime copies) |
 //! | 56 | 24 | PQ codebook blob ([`BlobRef`]) |
 //! | 80 | 24 | entrance-graph blob ([`BlobRef`]) |
@@ -67,6 +68,10 @@ pub struct Meta {
     pub params: BuildParams,
     pub medoid: u32,
     pub build_vertices: u32,
+    /// The lowest block this build's pages may use. An index rebuilt online from its own rows
+    /// (`crate::index::regrow`) writes the new build after the old one and retires blocks
+    /// `1..first_block`; a build into an empty relation starts at 1.
+    pub first_block: u32,
     pub build_id: u64,
     pub codebook: BlobRef,
     pub entrance: BlobRef,
@@ -123,6 +128,7 @@ impl Meta {
         put32(p, 32, self.params.entrance_degree);
         put32(p, 36, self.medoid);
         put32(p, 40, self.build_vertices);
+        put32(p, 44, self.first_block);
         put64(p, 48, self.build_id);
         put_blob(p, 56, &self.codebook);
         put_blob(p, 80, &self.entrance);
@@ -161,6 +167,7 @@ impl Meta {
             },
             medoid: get32(p, 36),
             build_vertices: get32(p, 40),
+            first_block: get32(p, 44).max(1),
             build_id: get64(p, 48),
             codebook: get_blob(p, 56),
             entrance: get_blob(p, 80),
@@ -190,6 +197,7 @@ mod tests {
             },
             medoid: 4711,
             build_vertices: 60_000,
+            first_block: 1,
             build_id: 0xDEAD_BEEF_0123_4567,
             codebook: BlobRef {
                 first_page: 0,

@@ -324,9 +324,12 @@ impl<'s> Reader<'s> {
         Ok(map)
     }
 
-    /// Every block is the metapage, one extent-map page or in one run; others must be new.
+    /// Every block is the metapage, one extent-map page, in one run, or retired by an online
+    /// rebuild (below the build's first block); others must be new.
     fn check_coverage(&mut self, meta: &Meta, map: &ExtentMap) -> Result<u32, StorageError> {
         let mut covered = vec![false; self.nblocks as usize];
+        let retired = (meta.first_block as usize).min(covered.len());
+        covered[..retired].fill(true);
         covered[0] = true;
         for kind in PageKind::ALL.into_iter().filter(|&k| k != PageKind::Meta) {
             for (run, &first) in map.runs(kind).iter().enumerate() {
@@ -347,7 +350,13 @@ impl<'s> Reader<'s> {
         for block in 0..self.nblocks {
             if !covered[block as usize] {
                 self.read(block)?;
-                if !pages::is_new(&self.page) {
+                // A page written for this very block by a rebuild that never switched the
+                // metapage (an ERROR or crash between its pages and the switch) is dead
+                // space, like a new page; anything else here is damage.
+                let orphan = PageKind::ALL
+                    .iter()
+                    .any(|&k| pages::verify(&self.page, k, block).is_ok());
+                if !pages::is_new(&self.page) && !orphan {
                     return Err(self.corrupt(format!(
                         "block {block} is in no run of the extent map but is not a new page"
                     )));

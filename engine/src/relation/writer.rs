@@ -43,6 +43,50 @@ impl RelationWriter {
         medoid: VertexId,
         build_id: u64,
     ) -> Result<Meta, StorageError> {
+        let (kinds, n, manifest) = Self::check(input, medoid)?;
+        let blocks = store.nblocks()?;
+        if blocks != 0 {
+            return Err(StorageError::invalid(format!(
+                "a navis relation is written into an empty store; this one has {blocks} blocks"
+            )));
+        }
+        let meta_block = store.extend(1)?;
+        if meta_block != 0 {
+            return Err(StorageError::invalid(format!(
+                "the store grew while the build started: metapage would be block {meta_block}"
+            )));
+        }
+        let (meta, page) = write_pages(store, input, medoid, build_id, &kinds, n, manifest)?;
+        store.write_block(0, &page)?;
+        store.sync()?;
+        Ok(meta)
+    }
+
+    /// Writes the complete index `input` after the last block of `store`, which holds an
+    /// earlier build of the same index that readers may still use, and returns the metapage
+    /// that switches to it, without writing it: the caller replaces block 0 through its own
+    /// locking and logging (in PostgreSQL, a buffer-managed page). Blocks `1..first_block` of
+    /// the new metapage (every earlier build) are retired. Used by the online rebuild of a
+    /// growing index (`crate::index::regrow`).
+    pub fn append(
+        store: &dyn PageStore,
+        input: &BuildInput,
+        medoid: VertexId,
+        build_id: u64,
+    ) -> Result<(Meta, Vec<u8>), StorageError> {
+        let (kinds, n, manifest) = Self::check(input, medoid)?;
+        if store.nblocks()? == 0 {
+            return Err(StorageError::invalid(
+                "an online rebuild appends to an index; this store is empty",
+            ));
+        }
+        write_pages(store, input, medoid, build_id, &kinds, n, manifest)
+    }
+
+    fn check(
+        input: &BuildInput,
+        medoid: VertexId,
+    ) -> Result<(Kinds, u32, crate::storage::Manifest), StorageError> {
         let edges = EdgeLayout::new(input.max_degree)?;
         let spp = edges.slots_per_page();
         if input.placement.slots_per_page as usize != spp {
@@ -65,53 +109,54 @@ impl RelationWriter {
             vectors: VectorPages::new(input.dim)?,
             codes: CodePages::new(input.pq_bytes)?,
         };
-        let blocks = store.nblocks()?;
-        if blocks != 0 {
-            return Err(StorageError::invalid(format!(
-                "a navis relation is written into an empty store; this one has {blocks} blocks"
-            )));
-        }
-        let meta_block = store.extend(1)?;
-        if meta_block != 0 {
-            return Err(StorageError::invalid(format!(
-                "the store grew while the build started: metapage would be block {meta_block}"
-            )));
-        }
-
-        let mut out = Appender::new(store);
-        write_edges(&mut out, input, &kinds.edges)?;
-        write_vectors(&mut out, input, &kinds.vectors)?;
-        write_indirection(&mut out, input)?;
-        write_codes(&mut out, input, &kinds.codes)?;
-        let codebook = blob::cut(input.pq_codebook, 0)?;
-        let entrance = blob::cut(input.entrance, codebook.blob().pages)?;
-        write_blobs(&mut out, &[codebook, entrance])?;
-        let extent_map_pages = write_extent_map(&mut out)?;
-        out.flush()?;
-
-        let meta = Meta {
-            metric: input.metric,
-            dim: manifest.dim,
-            max_degree: manifest.max_degree,
-            pq_bytes: manifest.pq_bytes,
-            params: manifest.params,
-            medoid,
-            build_vertices: n,
-            build_id,
-            codebook: codebook.blob(),
-            entrance: entrance.blob(),
-            extent_map_pages,
-        };
-        // Everything the metapage points at is durable before the metapage exists.
-        store.sync()?;
-        let mut page = vec![0u8; BLOCK_SIZE];
-        pages::init(&mut page, PageKind::Meta, 0);
-        meta.encode(&mut page);
-        pages::seal(&mut page);
-        store.write_block(0, &page)?;
-        store.sync()?;
-        Ok(meta)
+        Ok((kinds, n, manifest))
     }
+}
+
+/// Every page of `input` appended to `store` (first block: its current end), then the
+/// metapage that points at them, sealed but not written.
+fn write_pages(
+    store: &dyn PageStore,
+    input: &BuildInput,
+    medoid: VertexId,
+    build_id: u64,
+    kinds: &Kinds,
+    n: u32,
+    manifest: crate::storage::Manifest,
+) -> Result<(Meta, Vec<u8>), StorageError> {
+    let first_block = store.nblocks()?;
+    let mut out = Appender::new(store);
+    write_edges(&mut out, input, &kinds.edges)?;
+    write_vectors(&mut out, input, &kinds.vectors)?;
+    write_indirection(&mut out, input)?;
+    write_codes(&mut out, input, &kinds.codes)?;
+    let codebook = blob::cut(input.pq_codebook, 0)?;
+    let entrance = blob::cut(input.entrance, codebook.blob().pages)?;
+    write_blobs(&mut out, &[codebook, entrance])?;
+    let extent_map_pages = write_extent_map(&mut out)?;
+    out.flush()?;
+
+    let meta = Meta {
+        metric: input.metric,
+        dim: manifest.dim,
+        max_degree: manifest.max_degree,
+        pq_bytes: manifest.pq_bytes,
+        params: manifest.params,
+        medoid,
+        build_vertices: n,
+        first_block,
+        build_id,
+        codebook: codebook.blob(),
+        entrance: entrance.blob(),
+        extent_map_pages,
+    };
+    // Everything the metapage points at is durable before the metapage exists.
+    store.sync()?;
+    let mut page = vec![0u8; BLOCK_SIZE];
+    pages::init(&mut page, PageKind::Meta, 0);
+    meta.encode(&mut page);
+    pages::seal(&mut page);
+    Ok((meta, page))
 }
 
 struct Kinds {
