@@ -9,10 +9,14 @@ WHERE c.opcmethod = (SELECT oid FROM pg_am WHERE amname = 'navis')
 ORDER BY c.opcname;
 SELECT preloaded, layout_version, vertex_lock_stripes FROM navis_shared_memory();
 CREATE TABLE items (id int, embedding real[]);
--- an index over an empty table works (scans to nothing) but cannot take rows before a REINDEX
+-- an index over an empty table works (scans to nothing) and takes rows at once
 CREATE INDEX items_empty ON items USING navis (embedding);
 SELECT id FROM items ORDER BY embedding <-> '{1,2,3}' LIMIT 5;
 INSERT INTO items VALUES (1, '{1,2,3}');
+SET enable_seqscan = off;
+SELECT id FROM items ORDER BY embedding <-> '{1,2,3}' LIMIT 5;
+RESET enable_seqscan;
+DELETE FROM items;
 DROP INDEX items_empty;
 INSERT INTO items SELECT i, ARRAY[i, i + 1, i + 2]::real[] FROM generate_series(1, 100) i;
 INSERT INTO items VALUES (101, NULL);

@@ -124,6 +124,8 @@ SET statement_timeout = '1s';
 CREATE INDEX c_idx ON c USING navis (v) WITH (max_degree = 64, build_list = 200);
 RESET statement_timeout;
 SELECT count(*) AS c_idx FROM pg_class WHERE relname = 'c_idx';
--- unlogged tables are refused
+-- unlogged tables: the index gets an init fork (an empty index) and takes rows
 CREATE UNLOGGED TABLE u (v real[]);
-CREATE INDEX ON u USING navis (v);
+CREATE INDEX u_v ON u USING navis (v);
+INSERT INTO u VALUES ('{1,2,3}'), ('{3,2,1}');
+SELECT pg_relation_size('u_v', 'init') > 0 AS init_fork, vertices FROM navis_index_stats('u_v');

@@ -88,10 +88,11 @@ INSERT INTO c SELECT i, vec(i) FROM generate_series(1, 300) i;
 CREATE INDEX c_v ON c USING navis (v navis_cosine_ops);
 INSERT INTO c VALUES (301, array_fill(0::real, ARRAY[16])), (302, vec(302));
 SELECT vertices FROM navis_index_stats('c_v');
--- an index built over an empty table cannot take rows yet, and says what to do
+-- an index built over an empty table takes rows at once (growing.sql has more)
 CREATE TABLE e (v real[]);
 CREATE INDEX e_v ON e USING navis (v);
 INSERT INTO e VALUES ('{1,2,3}');
+SELECT vertices, built_rows FROM navis_index_stats('e_v');
 INSERT INTO e VALUES (NULL);
 -- navis_verify and navis_index_counters want a navis index
 SELECT * FROM navis_verify('t_pkey');
