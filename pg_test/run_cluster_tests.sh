@@ -634,6 +634,8 @@ test_change_records_replay() {
   echo "ok       change_records_replay (records: $kinds; $primary on the primary, the standby and after crash recovery)"
 }
 
+source pg_test/cluster_growing.sh
+
 # The cluster tests use two test-only SQL functions (src/test_functions.rs) as well.
 export PATH="${HOME:-/root}/.cargo/bin:$PATH"
 cargo pgrx install --pg-config "$PGBIN/pg_config" --features test_functions >/dev/null
