@@ -252,7 +252,7 @@ fn rows_changed_during_a_rebuild_are_carried_over() {
             tid(row),
         );
     }
-    let dead = |row: usize| row % 12 == 0;
+    let dead = |row: usize| row.is_multiple_of(12);
     old.bulk_delete(|t| dead(row_of(t)), &|| false).unwrap();
     old.consolidate(&grown.locks, &|| false).unwrap();
     let changes = old.rows_changed_since(&snapshot);

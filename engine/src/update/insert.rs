@@ -105,9 +105,8 @@ impl Index {
     ) -> Result<InsertReport, IndexError> {
         if !self.accepts_inserts() {
             return Err(IndexError::Invalid(
-                "this navis index was built over an empty table and has no trained \
-                 quantizer, so it cannot take rows yet: load rows first and build the index \
-                 then (or REINDEX it after loading)"
+                "this navis index was built over no rows and has no trained quantizer: \
+                 build it from its first row (index::regrow) before inserting into it"
                     .into(),
             ));
         }
