@@ -354,9 +354,21 @@ impl Index {
                     .filter(|&t| t != u && (t == v || self.is_live_undeleted(t)))
                     .map(|t| (t, prune.search_distance(&from, vectors.get(t))))
                     .collect();
-                let kept = robust_prune(&mut pool, alpha, max_degree, |a, b| {
+                let mut kept = robust_prune(&mut pool, alpha, max_degree, |a, b| {
                     vectors.distance(prune, a, b)
                 });
+                // The nearest neighbour always keeps the back-edge, so that every new vertex
+                // has an in-edge when it is published. Without this, a vertex identical to
+                // one already in the list (distance 0 occludes it) lost every back-edge:
+                // inserting many copies of a vector left most of them unreachable until a
+                // VACUUM reconnected them. The entry it replaces, the last one the prune
+                // chose, is displaced into the new vertex's list (u -> v -> z).
+                if v_list.first() == Some(&u) && !kept.contains(&v) {
+                    if kept.len() >= max_degree {
+                        kept.pop();
+                    }
+                    kept.push(v);
+                }
                 displaced.extend(current.iter().copied().filter(|z| !kept.contains(z)));
                 kept
             };
