@@ -29,6 +29,9 @@ pub static DIRECT_IO: GucSetting<bool> = GucSetting::<bool>::new(true);
 /// asking for more (LIMIT above the list, or a selective WHERE), like `hnsw.max_scan_tuples`.
 /// Below it a scan ends only when the index has no row left to return.
 pub static MAX_SCAN_TUPLES: GucSetting<i32> = GucSetting::<i32>::new(20_000);
+/// `navis.iterative_scan`: pgvector's `hnsw.iterative_scan`, on navis's cursor.
+pub static ITERATIVE_SCAN: GucSetting<IterativeScan> =
+    GucSetting::<IterativeScan>::new(IterativeScan::StrictOrder);
 /// NAVIS-Cache size in MB (postmaster). 0 turns the cache off.
 pub static CACHE_SIZE_MB: GucSetting<i32> = GucSetting::<i32>::new(64);
 pub static CACHE_POLICY: GucSetting<CachePolicy> =
@@ -37,6 +40,21 @@ pub static CACHE_FROZEN_EVICTION: GucSetting<FrozenEvictionSetting> =
     GucSetting::<FrozenEvictionSetting>::new(FrozenEvictionSetting::Fifo);
 pub static CACHE_SEARCH_PROMOTE_HITS: GucSetting<i32> =
     GucSetting::<i32>::new(navis_engine::cache::DEFAULT_SEARCH_PROMOTE_HITS as i32);
+
+/// `navis.iterative_scan`.
+#[derive(pgrx::PostgresGucEnum, Clone, Copy, PartialEq, Eq, Debug)]
+pub enum IterativeScan {
+    /// The first pass only: at most `navis.search_list` rows, as pgvector without iterative
+    /// scans.
+    #[name = c"off"]
+    Off,
+    /// Exact ascending distance; a row found after a farther one is skipped.
+    #[name = c"strict_order"]
+    StrictOrder,
+    /// Nearly ascending; a row found late is returned late, and no row is left out.
+    #[name = c"relaxed_order"]
+    RelaxedOrder,
+}
 
 /// `navis.cache_policy`.
 #[derive(pgrx::PostgresGucEnum, Clone, Copy, PartialEq, Eq, Debug)]
@@ -148,6 +166,17 @@ pub fn register() {
         &MAX_SCAN_TUPLES,
         1,
         i32::MAX,
+    );
+    GucRegistry::define_enum_guc(
+        c"navis.iterative_scan",
+        c"How an ordered navis scan goes on past its first pass: off, strict_order or relaxed_order.",
+        c"As pgvector's hnsw.iterative_scan. off returns at most navis.search_list rows; \
+          strict_order (the default) returns rows in exact distance order and skips a row found \
+          after a farther one; relaxed_order returns such a row late, so an unbounded scan \
+          returns every row, nearly in order.",
+        &ITERATIVE_SCAN,
+        GucContext::Userset,
+        GucFlags::default(),
     );
     // Unknown navis.* names (typos such as navis.serch_list) become errors instead of
     // silently creating placeholder settings.

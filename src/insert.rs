@@ -5,6 +5,7 @@
 use crate::datum::VectorInput;
 use crate::errors::raise;
 use crate::guc;
+use crate::io_stats;
 use crate::open::{open_index, OpenIndex};
 use crate::regrow;
 use crate::runtime;
@@ -117,6 +118,7 @@ pub fn insert_row(index: pg_sys::Relation, open: &OpenIndex, vector: &[f32], tid
     }
     match outcome {
         Ok(report) => {
+            io_stats::report(index, &report.search, &mut io_stats::Reported::default());
             if casr_window.is_none() && guc::CASR_ENABLED.get() {
                 if let Some(w) = report.calibration_sample {
                     open.record_casr_sample(Caller::Insert, list, w);

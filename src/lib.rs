@@ -17,6 +17,7 @@ mod drop;
 mod errors;
 mod guc;
 mod insert;
+mod io_stats;
 mod open;
 mod options;
 mod pglog;

@@ -12,6 +12,7 @@
 use crate::datum::VectorInput;
 use crate::errors::raise;
 use crate::guc;
+use crate::io_stats;
 use crate::open::{open_index, OpenIndex};
 use crate::runtime;
 use navis_engine::cache::Caller;
@@ -36,6 +37,8 @@ struct Running {
     limit: u64,
     /// A read failed: the reader is not reused.
     failed: bool,
+    /// Reads already added to PostgreSQL's buffer counters.
+    reported: io_stats::Reported,
 }
 
 impl Drop for Running {
@@ -180,6 +183,16 @@ fn count_index_scan(index: pg_sys::Relation) {
     }
 }
 
+/// Rows a scan returns at most: `navis.max_scan_tuples`, or the search list when
+/// `navis.iterative_scan` is off (the first pass only, as pgvector's `ef_search`).
+fn max_scan_tuples() -> u64 {
+    let cap = guc::MAX_SCAN_TUPLES.get().max(1) as u64;
+    match guc::ITERATIVE_SCAN.get() {
+        guc::IterativeScan::Off => cap.min(guc::SEARCH_LIST.get().max(1) as u64),
+        _ => cap,
+    }
+}
+
 fn search_params() -> (SearchParams, bool) {
     let list = guc::SEARCH_LIST.get().max(1) as usize;
     // SAFETY: reading a PostgreSQL GUC variable (kilobytes) in a backend.
@@ -193,7 +206,8 @@ fn search_params() -> (SearchParams, bool) {
         // What one scan may hold past its first pass, as a sort node may (pgvector bounds its
         // iterative scans by work_mem too).
         scan_memory: work_mem_kb.saturating_mul(1024),
-        max_results: guc::MAX_SCAN_TUPLES.get().max(1) as usize,
+        max_results: max_scan_tuples() as usize,
+        relaxed_order: guc::ITERATIVE_SCAN.get() == guc::IterativeScan::RelaxedOrder,
         ..SearchParams::default()
     };
     (params, guc::CASR_ENABLED.get())
@@ -240,8 +254,9 @@ fn start(open: Rc<OpenIndex>, query: &[f32]) -> Running {
         calibrating,
         calibration_list,
         returned: 0,
-        limit: guc::MAX_SCAN_TUPLES.get().max(1) as u64,
+        limit: max_scan_tuples(),
         failed: false,
+        reported: io_stats::Reported::default(),
     }
 }
 
@@ -285,6 +300,12 @@ pub unsafe extern "C-unwind" fn amgettuple(
             )
         }
     };
+    // SAFETY: as above.
+    io_stats::report(
+        unsafe { (*scan).indexRelation },
+        cursor.counters(),
+        &mut run.reported,
+    );
     if run.calibrating && passes_before == 0 && cursor.passes() > 0 {
         if let Some(w) = cursor.calibration_sample() {
             run.open

@@ -53,6 +53,8 @@ pub struct SearchCounters {
     /// Live vertices a cursor will never return because a farther result came first (misses
     /// of the approximate graph passes; see `search`'s ordering guarantee).
     pub order_skips: u64,
+    /// Relaxed order: results returned after a farther one (instead of skipped).
+    pub late_results: u64,
     /// Exhaustive rounds of a cursor: each reads every live vertex's vector once.
     pub exhaustive_rounds: u64,
     /// Full vectors loaded by exhaustive rounds.
@@ -91,6 +93,7 @@ impl SearchCounters {
             visited,
             resumes,
             order_skips,
+            late_results,
             exhaustive_rounds,
             exhaustive_vector_loads,
         } = *other;
@@ -115,6 +118,7 @@ impl SearchCounters {
         self.visited += visited;
         self.resumes += resumes;
         self.order_skips += order_skips;
+        self.late_results += late_results;
         self.exhaustive_rounds += exhaustive_rounds;
         self.exhaustive_vector_loads += exhaustive_vector_loads;
     }

@@ -113,3 +113,25 @@ SELECT pg_stat_force_next_flush();
 SELECT idx_scan - :scans_before AS new_scans, idx_tup_read - :tuples_before AS new_tuples
 FROM pg_stat_user_indexes WHERE indexrelname = 'c_l2';
 RESET enable_seqscan;
+-- navis's own page reads and NAVIS-Cache hits show in EXPLAIN (ANALYZE, BUFFERS) of the index
+-- scan and in pg_statio_user_indexes (before: only the metapage's buffer, 1 or 2 per scan)
+CREATE FUNCTION scan_blocks(q int) RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE plan json; node jsonb; query text;
+BEGIN
+  SET LOCAL enable_seqscan = off;
+  -- a literal query vector: a subquery's reads would count on the index scan node too
+  SELECT embedding::text INTO query FROM f WHERE id = q;
+  EXECUTE format('EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) SELECT id FROM c
+                  ORDER BY embedding <-> %L::real[] LIMIT 5', query) INTO plan;
+  node := jsonb_path_query_first(plan::jsonb, '$.** ? (@."Index Name" == "c_l2")');
+  RETURN (node->>'Shared Hit Blocks')::bigint + (node->>'Shared Read Blocks')::bigint;
+END $$;
+SELECT scan_blocks(4) > 8 AS explain_shows_index_pages;
+SELECT pg_stat_force_next_flush();
+SELECT idx_blks_read + idx_blks_hit AS blocks_before FROM pg_statio_user_indexes WHERE indexrelname = 'c_l2' \gset
+SELECT scan_blocks(5) AS explained_blocks \gset
+SELECT pg_stat_force_next_flush();
+-- (the index scan node's buffers also hold the heap pages of the rows it returned)
+SELECT idx_blks_read + idx_blks_hit - :blocks_before > 8
+   AND idx_blks_read + idx_blks_hit - :blocks_before <= :explained_blocks AS statio_counts_them
+FROM pg_statio_user_indexes WHERE indexrelname = 'c_l2';

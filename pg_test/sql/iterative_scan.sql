@@ -67,3 +67,24 @@ SET navis.search_list = 1;
 SELECT count(*), count(DISTINCT id) FROM (SELECT id FROM dup ORDER BY v <-> '{1,2,3.5}') s;
 SELECT count(*), count(DISTINCT id) FROM (SELECT id FROM dup ORDER BY v <-> '{1,2,3}') s;
 RESET navis.search_list;
+-- navis.iterative_scan, pgvector's hnsw.iterative_scan on navis's cursor (issue 16 part 3)
+SET navis.max_scan_tuples = 1000000;
+SHOW navis.iterative_scan;
+-- off: the first pass only, at most navis.search_list rows
+SET navis.iterative_scan = off;
+SET navis.search_list = 40;
+SELECT * FROM scan_check(1);
+SELECT * FROM scan_check(1, 1000, 11);
+RESET navis.search_list;
+-- relaxed_order: a row found after a farther one comes back late instead of being skipped,
+-- so an unbounded scan returns every row once (strict_order may skip a few)
+SET navis.iterative_scan = relaxed_order;
+SELECT n = (SELECT count(*) FROM t) AS every_row, n = distinct_rows AS each_once
+  FROM scan_check(1);
+SELECT n = (SELECT count(*) FROM t) AS every_row, n = distinct_rows AS each_once
+  FROM scan_check(2);
+SELECT n, distinct_rows FROM scan_check(2, 1000, 11);
+SET navis.iterative_scan = strict_order;
+SELECT n <= (SELECT count(*) FROM t) AS at_most_every_row, ordered FROM scan_check(2);
+SET navis.iterative_scan = unordered;
+RESET navis.iterative_scan;

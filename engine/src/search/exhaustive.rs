@@ -188,8 +188,13 @@ impl<S: IndexSource> SearchCursor<'_, S> {
             if distance.is_nan() {
                 continue; // vanished since its entry was read
             }
-            if distance < state.floor || (distance == state.floor && state.floor_ties.contains(&id))
-            {
+            let returned = if self.params.relaxed_order {
+                self.returned.contains(&id)
+            } else {
+                distance < state.floor
+                    || (distance == state.floor && state.floor_ties.contains(&id))
+            };
+            if returned {
                 round.not_due += 1;
                 continue;
             }

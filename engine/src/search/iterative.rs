@@ -291,6 +291,7 @@ impl<S: IndexSource> SearchCursor<'_, S> {
             // B-tree nodes hold 11 entries and are at least half full.
             + self.due.len() * size_of::<Due>() * 2
             + hashed_bytes::<VertexId>(self.ties.capacity())
+            + hashed_bytes::<VertexId>(self.returned.capacity())
             + self.pending.capacity() * size_of::<SearchHit>()
             + hashed_bytes::<(VertexId, u32)>(self.retries.capacity())
             + self.loaded.bytes()

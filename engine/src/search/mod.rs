@@ -41,7 +41,9 @@
 //! live vertex has been returned or skipped, or [`SearchParams::max_results`] were returned.
 //! A vertex found only after a farther one was returned is skipped, never returned out of
 //! order (counted in [`SearchCursor::order_skips`]; pgvector's strict iterative scans do the
-//! same): no ordered stream can return it any more. Skips are misses of the approximate
+//! same): no ordered stream can return it any more. With [`SearchParams::relaxed_order`] it
+//! is returned late instead (counted in `late_results`), and the exhaustive rounds return
+//! every live vertex not returned yet, so no row is ever left out. Skips are misses of the approximate
 //! parts: the first pass's top-`k` (the NAVIS search's recall), and graph passes that found a
 //! vertex late (no expanded vertex linked to it, or its PQ error beat the margin). The
 //! exhaustive rounds are exact and complete: every live vertex at least as far as the last
@@ -182,6 +184,11 @@ pub struct SearchParams {
     /// Results the caller will take at most (`navis.max_scan_tuples`): the cursor ends there
     /// and sizes its last exhaustive batch to it.
     pub max_results: usize,
+    /// Relaxed order (pgvector's `relaxed_order`): a vertex found after a farther one was
+    /// returned is returned late instead of skipped, and the exhaustive rounds return every
+    /// live vertex not returned yet, so an unbounded scan returns every row exactly once, in
+    /// nearly ascending distance. Costs a set of the returned ids (4-8 bytes per row).
+    pub relaxed_order: bool,
     /// Cost of reading a vector-file page sequentially, relative to a random read: decides
     /// when an exhaustive round is cheaper than more graph passes. `INFINITY` keeps to the
     /// graph until it is dry; 0 goes exhaustive right after the first pass.
@@ -204,6 +211,7 @@ impl Default for SearchParams {
             record_lists: false,
             scan_memory: 4 << 20,
             max_results: usize::MAX,
+            relaxed_order: false,
             sequential_page_cost: 0.25,
         }
     }
@@ -266,6 +274,8 @@ pub struct SearchCursor<'a, S: IndexSource> {
     /// The results queued at exactly `last_emitted`: the only ones an exhaustive round could
     /// not tell from the vertices it still has to return.
     ties: HashSet<VertexId>,
+    /// Relaxed order only: every id returned (or queued) so far.
+    returned: HashSet<VertexId>,
     emitted: usize,
     pass_k: usize,
     passes: usize,
@@ -314,6 +324,7 @@ impl<'a, S: IndexSource> SearchCursor<'a, S> {
             pending: VecDeque::new(),
             last_emitted: f32::NEG_INFINITY,
             ties: HashSet::default(),
+            returned: HashSet::default(),
             emitted: 0,
             pass_k: params.k,
             passes: 0,
@@ -424,7 +435,18 @@ impl<'a, S: IndexSource> SearchCursor<'a, S> {
 
     /// Queues `hit` unless a farther result came first (then it is an order skip).
     fn emit(&mut self, hit: SearchHit) -> bool {
-        if hit.distance < self.last_emitted {
+        if self.params.relaxed_order {
+            // Out of order allowed, twice never.
+            if !self.returned.insert(hit.id) {
+                return false;
+            }
+            if hit.distance < self.last_emitted {
+                self.counters.late_results += 1;
+                self.emitted += 1;
+                self.pending.push_back(hit);
+                return true;
+            }
+        } else if hit.distance < self.last_emitted {
             self.counters.order_skips += 1;
             return false;
         }
