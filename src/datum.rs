@@ -3,7 +3,8 @@
 //!
 //! Every place that reads an indexed value (build, insert, scan keys) goes through
 //! [`VectorInput`], so each input type is one variant here: `real[]`, and pgvector's `vector`
-//! when that extension is installed (see `pgvector.rs` for its operator classes).
+//! and `halfvec` when that extension is installed (see `pgvector.rs` for their operator
+//! classes).
 
 use crate::errors::raise;
 use crate::vector_sql::array_as_vector;
@@ -18,6 +19,10 @@ pub enum VectorInput {
     /// pgvector's `vector`: a varlena holding `int16 dim`, `int16 unused`, `float4 x[dim]`
     /// (pgvector's src/vector.h), read in place.
     PgVector,
+    /// pgvector's `halfvec`: `int16 dim`, `int16 unused`, `half x[dim]` (IEEE binary16,
+    /// pgvector's src/halfvec.h), widened to float4 into a buffer of the current memory
+    /// context (exactly, as pgvector widens them for its own distances).
+    PgHalfvec,
 }
 
 /// Bytes before the first element of a pgvector `vector` (4-byte varlena header, dim, unused).
@@ -29,12 +34,15 @@ impl VectorInput {
         if type_oid == pg_sys::FLOAT4ARRAYOID {
             return VectorInput::RealArray;
         }
-        if crate::pgvector::is_pgvector_type(type_oid) {
-            return VectorInput::PgVector;
+        match crate::pgvector::pgvector_type(type_oid) {
+            Some(crate::pgvector::PgvectorType::Vector) => return VectorInput::PgVector,
+            Some(crate::pgvector::PgvectorType::Halfvec) => return VectorInput::PgHalfvec,
+            None => {}
         }
         raise(
             PgSqlErrorCode::ERRCODE_DATATYPE_MISMATCH,
-            "navis indexes support real[] columns and pgvector's vector columns only".into(),
+            "navis indexes support real[] columns and pgvector's vector and halfvec columns only"
+                .into(),
             Some("Store the embedding as real[], or install pgvector and run SELECT navis_enable_pgvector()."),
         )
     }
@@ -55,16 +63,22 @@ impl VectorInput {
             }
             // SAFETY: the caller guarantees a non-NULL pgvector `vector` datum.
             VectorInput::PgVector => unsafe { pgvector_as_vector(datum, what) },
+            // SAFETY: the caller guarantees a non-NULL pgvector `halfvec` datum.
+            VectorInput::PgHalfvec => unsafe { halfvec_as_vector(datum, what) },
         }
     }
 }
 
-/// Borrows the elements of a pgvector `vector` datum without copying them (beyond the
-/// detoasting PostgreSQL does for compressed, external or short-header values).
+/// The detoasted value of a pgvector `vector` or `halfvec` datum, checked to hold `dim`
+/// elements of `element` bytes after its header: (pointer to the first element, dim).
 ///
 /// # Safety
-/// `datum` must be a non-NULL datum of pgvector's `vector` type.
-unsafe fn pgvector_as_vector<'a>(datum: pg_sys::Datum, what: &str) -> &'a [f32] {
+/// `datum` must be a non-NULL datum of pgvector's `vector` or `halfvec` type.
+unsafe fn pgvector_elements(
+    datum: pg_sys::Datum,
+    element: usize,
+    what: &str,
+) -> (*const u8, usize) {
     // SAFETY: a non-NULL varlena datum; pg_detoast_datum returns it unchanged when it is
     // plain (4-byte header, inline, uncompressed) or a palloc'd plain copy otherwise, so the
     // result always has a 4-byte header and lives in the current memory context.
@@ -81,7 +95,7 @@ unsafe fn pgvector_as_vector<'a>(datum: pg_sys::Datum, what: &str) -> &'a [f32] 
     // SAFETY: the value is at least PGVECTOR_HEADER bytes long; dim is the int16 after the
     // 4-byte varlena header (read unaligned to make no assumption about the datum's address).
     let dim = unsafe { std::ptr::read_unaligned(base.add(4) as *const i16) };
-    let expected = PGVECTOR_HEADER + 4 * dim.max(0) as usize;
+    let expected = PGVECTOR_HEADER + element * dim.max(0) as usize;
     if dim < 0 || expected != total {
         bad(
             what,
@@ -89,7 +103,40 @@ unsafe fn pgvector_as_vector<'a>(datum: pg_sys::Datum, what: &str) -> &'a [f32] 
         );
     }
     // SAFETY: the value is longer than its header (checked above).
-    let data = unsafe { base.add(PGVECTOR_HEADER) } as *const f32;
+    (unsafe { base.add(PGVECTOR_HEADER) }, dim as usize)
+}
+
+/// The elements of a pgvector `halfvec` datum widened to float4, in a palloc'd buffer of the
+/// current memory context (as long-lived as a detoasted copy would be).
+///
+/// # Safety
+/// `datum` must be a non-NULL datum of pgvector's `halfvec` type.
+unsafe fn halfvec_as_vector<'a>(datum: pg_sys::Datum, what: &str) -> &'a mut [f32] {
+    // SAFETY: per the contract.
+    let (data, dim) = unsafe { pgvector_elements(datum, 2, what) };
+    // SAFETY: palloc returns at least MAXALIGN-aligned memory of the requested size in the
+    // current context (or raises); every element is written before the slice is read.
+    let out = unsafe {
+        let buf = pg_sys::palloc(dim.max(1) * std::mem::size_of::<f32>()) as *mut f32;
+        std::slice::from_raw_parts_mut(buf, dim)
+    };
+    for (k, x) in out.iter_mut().enumerate() {
+        // SAFETY: `data` holds `dim` two-byte elements (checked by pgvector_elements).
+        let bits = unsafe { std::ptr::read_unaligned(data.add(2 * k) as *const u16) };
+        *x = half::f16::from_bits(bits).to_f32();
+    }
+    out
+}
+
+/// Borrows the elements of a pgvector `vector` datum without copying them (beyond the
+/// detoasting PostgreSQL does for compressed, external or short-header values).
+///
+/// # Safety
+/// `datum` must be a non-NULL datum of pgvector's `vector` type.
+unsafe fn pgvector_as_vector<'a>(datum: pg_sys::Datum, what: &str) -> &'a [f32] {
+    // SAFETY: per the contract.
+    let (data, dim) = unsafe { pgvector_elements(datum, 4, what) };
+    let data = data as *const f32;
     if !(data as usize).is_multiple_of(std::mem::align_of::<f32>()) {
         // Never seen: detoasted values are palloc'd (MAXALIGN) and inline ones start at the
         // type's 4-byte alignment. Refuse rather than read unaligned floats.

@@ -1,9 +1,11 @@
-//! pgvector interoperability: navis operator classes for pgvector's `vector` type, so an
-//! existing pgvector table can switch to `USING navis` with no data change.
+//! pgvector interoperability: navis operator classes for pgvector's `vector` and `halfvec`
+//! types, so an existing pgvector table can switch to `USING navis` with no data change.
 //!
-//! pgvector is optional and never a build dependency. Its type is recognised at run time
-//! ([`is_pgvector_type`]); its values are read in place by `datum::VectorInput::PgVector`.
-//! The operator classes use pgvector's own `<->`, `<#>` and `<=>` on `(vector, vector)` and are
+//! pgvector is optional and never a build dependency. Its types are recognised at run time
+//! ([`pgvector_type`]); `vector` values are read in place by `datum::VectorInput::PgVector`,
+//! `halfvec` values widened to float4 by `datum::VectorInput::PgHalfvec`. The operator classes
+//! use pgvector's own `<->`, `<#>` and `<=>` on `(vector, vector)` and `(halfvec, halfvec)`
+//! (pgvector 0.7 and later has `halfvec`; older versions get the `vector` classes only) and are
 //! created by `navis_enable_pgvector()`: at CREATE EXTENSION navis when pgvector is already
 //! installed, or by the user after installing pgvector later. They belong to neither extension
 //! (a navis member that depends on pgvector would make DROP EXTENSION vector CASCADE drop all of
@@ -41,24 +43,29 @@ BEGIN
     FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace
     WHERE e.extname = 'navis';
     SELECT oid INTO navis_am FROM pg_am WHERE amname = 'navis';
-    FOR c IN SELECT * FROM (VALUES (1, 'navis_vector_l2_ops', '<->'),
-                                   (2, 'navis_vector_ip_ops', '<#>'),
-                                   (3, 'navis_vector_cosine_ops', '<=>')) AS v(ord, name, op)
+    FOR c IN SELECT * FROM (VALUES (1, 'vector', 'navis_vector_l2_ops', '<->'),
+                                   (2, 'vector', 'navis_vector_ip_ops', '<#>'),
+                                   (3, 'vector', 'navis_vector_cosine_ops', '<=>'),
+                                   (4, 'halfvec', 'navis_halfvec_l2_ops', '<->'),
+                                   (5, 'halfvec', 'navis_halfvec_ip_ops', '<#>'),
+                                   (6, 'halfvec', 'navis_halfvec_cosine_ops', '<=>')) AS v(ord, typ, name, op)
              ORDER BY ord
     LOOP
         CONTINUE WHEN EXISTS (SELECT 1 FROM pg_opclass
                               WHERE opcname = c.name AND opcmethod = navis_am);
+        -- halfvec came with pgvector 0.7
+        CONTINUE WHEN to_regtype(format('%I.%I', vector_nsp, c.typ)) IS NULL;
         EXECUTE format(
-            'CREATE OPERATOR CLASS %I.%I %s FOR TYPE %I.vector USING navis AS '
-            'OPERATOR 1 %I.%s (%I.vector, %I.vector) FOR ORDER BY pg_catalog.float_ops',
+            'CREATE OPERATOR CLASS %I.%I %s FOR TYPE %I.%I USING navis AS '
+            'OPERATOR 1 %I.%s (%I.%I, %I.%I) FOR ORDER BY pg_catalog.float_ops',
             navis_nsp, c.name,
-            -- L2 is the default unless some other navis opclass for vector already is
+            -- L2 is the default unless some other navis opclass for the type already is
             CASE WHEN c.op = '<->' AND NOT EXISTS (
                      SELECT 1 FROM pg_opclass
                      WHERE opcmethod = navis_am AND opcdefault
-                       AND opcintype = format('%I.vector', vector_nsp)::regtype)
+                       AND opcintype = format('%I.%I', vector_nsp, c.typ)::regtype)
                  THEN 'DEFAULT' ELSE '' END,
-            vector_nsp, vector_nsp, c.op, vector_nsp, vector_nsp);
+            vector_nsp, c.typ, vector_nsp, c.op, vector_nsp, c.typ, vector_nsp, c.typ);
         -- Not members of either extension: a member of navis depending on pgvector would make
         -- DROP EXTENSION vector CASCADE drop all of navis. Inside CREATE EXTENSION navis the new
         -- objects became members automatically, so release them.
@@ -76,7 +83,7 @@ BEGIN
 END
 $navis$;
 COMMENT ON FUNCTION navis_enable_pgvector() IS
-    'navis: create the navis operator classes for pgvector''s vector type (run after CREATE EXTENSION vector; returns how many were created, 0 when all exist)';
+    'navis: create the navis operator classes for pgvector''s vector and halfvec types (run after CREATE EXTENSION vector, and again after updating it; returns how many were created, 0 when all exist)';
 
 -- pgvector installed before navis: enable it now.
 DO $navis$
@@ -91,10 +98,17 @@ $navis$;
     requires = ["navis_opclasses"]
 );
 
+/// pgvector's types that navis indexes.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum PgvectorType {
+    Vector,
+    Halfvec,
+}
+
 thread_local! {
-    /// Type OIDs already classified in this backend (pgvector's `vector` or not). Cleared by a
-    /// pg_type syscache invalidation, so DROP/CREATE EXTENSION vector is seen.
-    static KNOWN: RefCell<Vec<(pg_sys::Oid, bool)>> = const { RefCell::new(Vec::new()) };
+    /// Type OIDs already classified in this backend. Cleared by a pg_type syscache
+    /// invalidation, so DROP/CREATE EXTENSION vector is seen.
+    static KNOWN: RefCell<Vec<(pg_sys::Oid, Option<PgvectorType>)>> = const { RefCell::new(Vec::new()) };
     static CALLBACK_REGISTERED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
@@ -103,9 +117,16 @@ unsafe extern "C-unwind" fn forget_types(_arg: pg_sys::Datum, _cache_id: i32, _h
     KNOWN.with(|k| k.borrow_mut().clear());
 }
 
-/// Whether `type_oid` is pgvector's `vector` type: a type named `vector` that is a member of
-/// the extension named `vector`. Answers are remembered per backend until pg_type changes.
+/// Whether `type_oid` is pgvector's `vector` type.
+#[cfg(any(test, feature = "pg_test"))]
 pub fn is_pgvector_type(type_oid: pg_sys::Oid) -> bool {
+    pgvector_type(type_oid) == Some(PgvectorType::Vector)
+}
+
+/// Which of pgvector's types `type_oid` is: a type named `vector` or `halfvec` that is a
+/// member of the extension named `vector`. Answers are remembered per backend until pg_type
+/// changes.
+pub fn pgvector_type(type_oid: pg_sys::Oid) -> Option<PgvectorType> {
     if let Some(known) = KNOWN.with(|k| {
         k.borrow()
             .iter()
@@ -130,26 +151,30 @@ pub fn is_pgvector_type(type_oid: pg_sys::Oid) -> bool {
     answer
 }
 
-fn lookup(type_oid: pg_sys::Oid) -> bool {
+fn lookup(type_oid: pg_sys::Oid) -> Option<PgvectorType> {
     // SAFETY: catalog lookups by OID; the syscache tuple is released before returning and
     // the name is copied out of it first.
     unsafe {
         let ext = pg_sys::get_extension_oid(c"vector".as_ptr(), true);
         if ext == pg_sys::InvalidOid {
-            return false;
+            return None;
         }
         let tuple = pg_sys::SearchSysCache1(
             pg_sys::SysCacheIdentifier::TYPEOID as i32,
             pg_sys::Datum::from(type_oid),
         );
         if tuple.is_null() {
-            return false;
+            return None;
         }
         let form = pg_sys::heap_tuple_get_struct::<pg_sys::FormData_pg_type>(tuple);
-        let named_vector = CStr::from_ptr((*form).typname.data.as_ptr()).to_bytes() == b"vector"
-            && (*form).typlen == -1;
+        let kind = match CStr::from_ptr((*form).typname.data.as_ptr()).to_bytes() {
+            b"vector" => Some(PgvectorType::Vector),
+            b"halfvec" => Some(PgvectorType::Halfvec),
+            _ => None,
+        }
+        .filter(|_| (*form).typlen == -1);
         pg_sys::ReleaseSysCache(tuple);
-        named_vector && pg_sys::getExtensionOfObject(pg_sys::TypeRelationId, type_oid) == ext
+        kind.filter(|_| pg_sys::getExtensionOfObject(pg_sys::TypeRelationId, type_oid) == ext)
     }
 }
 
@@ -182,7 +207,9 @@ mod tests {
         assert!(!crate::pgvector::is_pgvector_type(oid));
     }
 
-    #[pg_test(error = "navis indexes support real[] columns and pgvector's vector columns only")]
+    #[pg_test(
+        error = "navis indexes support real[] columns and pgvector's vector and halfvec columns only"
+    )]
     fn other_types_are_refused_naming_both_supported_types() {
         VectorInput::for_type(pg_sys::TEXTOID);
     }

@@ -87,6 +87,43 @@ CREATE TEMP TABLE wexact AS SELECT wq.id AS qid, n.id
 RESET enable_indexscan;
 SELECT (SELECT count(*) FROM wgot) AS returned,
        (SELECT count(*) FROM wgot JOIN wexact USING (qid, id)) / 50.0 >= 0.9 AS recall_at_10_ok;
+-- halfvec (pgvector 0.7 and later): the same rows in half precision, indexed unchanged; the
+-- elements are widened to float4 exactly, so the index's distances are pgvector's
+CREATE TABLE hitems AS SELECT id, embedding::halfvec(3) AS embedding FROM items;
+CREATE INDEX hitems_l2 ON hitems USING navis (embedding);
+CREATE INDEX hitems_ip ON hitems USING navis (embedding navis_halfvec_ip_ops);
+CREATE INDEX hitems_cos ON hitems USING navis (embedding navis_halfvec_cosine_ops);
+EXPLAIN (COSTS OFF) SELECT id FROM hitems ORDER BY embedding <-> '[0.5, 0.5, 0.0]' LIMIT 10;
+CREATE TEMP TABLE hq (op text, rank bigint, id int, dist float8);
+INSERT INTO hq SELECT '<->', row_number() OVER (), id, d FROM
+  (SELECT id, embedding <-> '[0.5, 0.5, 0.0]' AS d FROM hitems ORDER BY embedding <-> '[0.5, 0.5, 0.0]' LIMIT 10) s;
+INSERT INTO hq SELECT '<#>', row_number() OVER (), id, d FROM
+  (SELECT id, embedding <#> '[0.5, 0.5, 0.0]' AS d FROM hitems ORDER BY embedding <#> '[0.5, 0.5, 0.0]' LIMIT 10) s;
+INSERT INTO hq SELECT '<=>', row_number() OVER (), id, d FROM
+  (SELECT id, embedding <=> '[0.5, 0.5, 0.0]' AS d FROM hitems ORDER BY embedding <=> '[0.5, 0.5, 0.0]' LIMIT 10) s;
+SET enable_seqscan = on;
+SET enable_indexscan = off;
+CREATE TEMP TABLE hexact (op text, rank bigint, id int, dist float8);
+INSERT INTO hexact SELECT '<->', row_number() OVER (), id, d FROM
+  (SELECT id, embedding <-> '[0.5, 0.5, 0.0]' AS d FROM hitems ORDER BY embedding <-> '[0.5, 0.5, 0.0]' LIMIT 10) s;
+INSERT INTO hexact SELECT '<#>', row_number() OVER (), id, d FROM
+  (SELECT id, embedding <#> '[0.5, 0.5, 0.0]' AS d FROM hitems ORDER BY embedding <#> '[0.5, 0.5, 0.0]' LIMIT 10) s;
+INSERT INTO hexact SELECT '<=>', row_number() OVER (), id, d FROM
+  (SELECT id, embedding <=> '[0.5, 0.5, 0.0]' AS d FROM hitems ORDER BY embedding <=> '[0.5, 0.5, 0.0]' LIMIT 10) s;
+RESET enable_indexscan;
+SET enable_seqscan = off;
+SELECT op, count(*) AS rows, count(*) FILTER (WHERE e.id = q.id) AS same_id_at_rank,
+       bool_and(abs(e.dist - q.dist) < 1e-6) AS same_distances
+FROM hq q JOIN hexact e USING (op, rank) GROUP BY op ORDER BY op;
+-- inserts, and an index over an empty halfvec table that grows by them
+INSERT INTO hitems VALUES (1000, '[0.5, 0.5, 0.0]');
+SELECT id FROM hitems ORDER BY embedding <-> '[0.5, 0.5, 0.0]' LIMIT 1;
+CREATE TABLE hgrow (id int, embedding halfvec(4));
+CREATE INDEX ON hgrow USING navis (embedding);
+INSERT INTO hgrow SELECT i, ARRAY[i, i % 7, i % 3, 1]::halfvec FROM generate_series(1, 300) i;
+SELECT count(*) FILTER (WHERE (SELECT h.id FROM hgrow h ORDER BY h.embedding <-> g.embedding LIMIT 1) = g.id)
+  AS found_itself FROM hgrow g;
+SELECT id FROM hgrow ORDER BY embedding <-> '[1, 2]' LIMIT 1;
 -- the other order, with pgvector in its own schema: install navis, then pgvector, then enable
 CREATE DATABASE t_pgvector_later;
 \c t_pgvector_later
