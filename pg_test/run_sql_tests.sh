@@ -14,6 +14,9 @@ source scripts/lib/cluster.sh
 export PATH="${HOME:-/root}/.cargo/bin:$PATH"
 
 cargo pgrx install --pg-config "$PGBIN/pg_config" >/dev/null
+# The previous release's install script, which upgrade.sql starts from (pgrx installs only the
+# current version's script and the upgrade scripts).
+cp sql/navis--0.1.0.sql "$("$PGBIN/pg_config" --sharedir)/extension/"
 
 BASE=/tmp/navis-sqltest
 PORT=54330
