@@ -460,3 +460,40 @@ fn relation_build_through_pg_store_and_its_wal_volume() {
     // record headers add a little. Anything far outside means pages went missing or twice.
     assert!((0.2..=1.05).contains(&ratio), "WAL {wal_bytes} bytes for a {size}-byte relation");
 }
+
+/// Rewrites the layout version on `index`'s metapage (through its buffer, as an older or newer
+/// navis would have left it).
+fn set_layout_version(index: &str, version: u32) {
+    let oid = Spi::get_one::<pg_sys::Oid>(&format!("SELECT '{index}'::regclass::oid"))
+        .unwrap()
+        .unwrap();
+    // SAFETY: the index is open under AccessExclusiveLock; its block 0 is pinned and
+    // exclusively locked while four payload bytes change; the change is not WAL-logged, which
+    // is fine in a test that aborts.
+    unsafe {
+        let rel = pg_sys::index_open(oid, pg_sys::AccessExclusiveLock as i32);
+        let buf = pg_sys::ReadBuffer(rel, 0);
+        pg_sys::LockBuffer(buf, pg_sys::BUFFER_LOCK_EXCLUSIVE as i32);
+        let page = pg_sys::BufferGetPage(buf) as *mut u8;
+        let at = page.add(navis_engine::pages::PAYLOAD_OFFSET) as *mut u32;
+        at.write_unaligned(version);
+        pg_sys::MarkBufferDirty(buf);
+        pg_sys::UnlockReleaseBuffer(buf);
+        pg_sys::index_close(rel, pg_sys::AccessExclusiveLock as i32);
+    }
+}
+
+#[pg_test(
+    error = "navis index \"old_v\" cannot be opened: its pages are damaged or from another navis version"
+)]
+fn an_index_of_another_layout_version_is_refused_with_a_reindex_hint() {
+    Spi::run("CREATE TABLE old (v real[])").unwrap();
+    Spi::run("INSERT INTO old SELECT ARRAY[i, i % 7, 1]::real[] FROM generate_series(1, 300) i")
+        .unwrap();
+    Spi::run("CREATE INDEX old_v ON old USING navis (v)").unwrap();
+    set_layout_version("old_v", 1);
+    Spi::run("SET enable_seqscan = off").unwrap();
+    // Never read as if it were this version: the scan fails (the ERROR's DETAIL says "layout
+    // version 1, this build reads 2", its HINT "Run REINDEX INDEX old_v").
+    let _ = Spi::get_one::<i64>("SELECT count(*) FROM (SELECT 1 FROM old ORDER BY v <-> '{1,2,3}' LIMIT 5) s");
+}

@@ -210,24 +210,28 @@ pub fn cache_tag(spc: u32, db: u32, relfilenode: u32, build_id: u64) -> u64 {
 }
 
 /// The engine's metapage (block 0), read through its buffer; `None` for an empty fork or a
-/// block 0 that is not a navis metapage.
+/// block 0 that is not a navis metapage of this layout version.
 pub fn read_meta(index: pg_sys::Relation) -> Option<Meta> {
+    decode_meta(index).ok()
+}
+
+/// [`read_meta`] saying why not: an empty fork, or what decoding block 0 found (another
+/// layout version is named as such).
+fn decode_meta(index: pg_sys::Relation) -> Result<Meta, String> {
     if relstore::nblocks(index) == 0 {
-        return None;
+        return Err("the relation has no pages".into());
     }
     // Block 0 is buffer-managed: one buffer read, no disk read (every access-method call
     // comes here).
     let mut page = vec![0u8; relstore::BLOCK_SIZE];
     crate::pglog::read_buffered(index, 0, &mut page);
-    Meta::decode(&page).ok()
+    Meta::decode(&page).map_err(|e| format!("metapage (block 0): {e}"))
 }
 
 /// The opened index behind a relation, from the cache or freshly opened, bound to `index`
 /// for the caller's use.
 pub fn open_index(index: pg_sys::Relation) -> Rc<OpenIndex> {
-    let Some(meta) = read_meta(index) else {
-        damaged(index, "block 0 is not a navis metapage".into())
-    };
+    let meta = decode_meta(index).unwrap_or_else(|detail| damaged(index, detail));
     let shared = crate::shmem::require("navis indexes");
     // SAFETY: an open relation's rd_node; RecoveryInProgress reads shared state.
     let (node, standby) = unsafe { ((*index).rd_node, pg_sys::RecoveryInProgress()) };
