@@ -144,7 +144,7 @@ unsafe fn pgvector_as_vector<'a>(datum: pg_sys::Datum, what: &str) -> &'a [f32] 
     }
     // SAFETY: `data` is 4-byte aligned and the value holds exactly `dim` float4s after the
     // header (checked above); they live as long as the detoasted value (current context).
-    unsafe { std::slice::from_raw_parts(data, dim as usize) }
+    unsafe { std::slice::from_raw_parts(data, dim) }
 }
 
 fn bad(what: &str, detail: String) -> ! {
