@@ -33,6 +33,7 @@ mod stats;
 mod test_functions;
 mod vacuum;
 mod vector_sql;
+mod wait_event;
 mod wal;
 
 ::pgrx::pg_module_magic!(name, version);
@@ -46,6 +47,7 @@ pub extern "C-unwind" fn _PG_init() {
     shmem::request_if_preloading();
     wal::register();
     drop::register();
+    wait_event::register();
 }
 
 #[cfg(any(test, feature = "pg_test"))]

@@ -489,6 +489,7 @@ pub(crate) fn run_batch(
     stats: &mut IoStats,
     reqs: &mut [ReadReq],
 ) -> io::Result<()> {
+    let _waiting = crate::io_wait::Waiting::begin();
     for chunk in reqs.chunks_mut(queue_depth) {
         match backend {
             Backend::Uring(ring) => match uring_batch(ring, stats, chunk) {

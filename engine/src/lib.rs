@@ -14,6 +14,7 @@ pub mod entrance;
 pub mod graph;
 pub mod index;
 pub mod io;
+pub mod io_wait;
 pub mod kmeans;
 pub mod pages;
 pub mod placement;

@@ -1,0 +1,29 @@
+# Cluster test of navis's wait events (issue 16 part 1), sourced by run_cluster_tests.sh.
+
+# While one session runs unbounded scans (exhaustive rounds read every vector page with
+# O_DIRECT), another samples pg_stat_activity: the scanning backend is seen waiting on
+# IO / DataFileRead, as a backend reading any relation's data file is.
+test_wait_events_show_navis_reads() {
+  sql -c "CREATE TABLE we (id int PRIMARY KEY, v real[])"
+  load_fmnist we 1 10000
+  sql -c "CREATE INDEX we_v ON we USING navis (v) WITH (max_degree = 32, build_list = 64)"
+  ( val "SET enable_seqscan = off; SET navis.max_scan_tuples = 1000000;
+         SELECT count(*) FROM generate_series(1, 6) g, LATERAL (SELECT id FROM we
+           ORDER BY v <-> (SELECT v FROM fm_src WHERE id = g * 7) OFFSET 0) s /* navis_wait_probe */" >/dev/null ) &
+  local scanner=$!
+  local seen; seen=$(val "DO \$\$ DECLARE n int := 0; k int := 0; BEGIN
+      FOR i IN 1..3000 LOOP
+        PERFORM pg_stat_clear_snapshot();
+        EXIT WHEN NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE query LIKE '%navis_wait_probe%' AND pid <> pg_backend_pid()) AND i > 50;
+        k := k + 1;
+        n := n + (SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'IO' AND wait_event = 'DataFileRead'
+                  AND query LIKE '%navis_wait_probe%' AND pid <> pg_backend_pid())::int;
+        PERFORM pg_sleep(0.002);
+      END LOOP;
+      RAISE NOTICE 'waits % of % samples', n, k; END \$\$" 2>&1 | sed -n 's/.*waits \([0-9]* of [0-9]*\) samples.*/\1/p')
+  wait "$scanner" || { fail wait_events_show_navis_reads "the scanning session failed"; return; }
+  sql -c "DROP TABLE we"
+  local n=${seen%% *}
+  [ -n "$n" ] && [ "$n" -ge 1 ] || { fail wait_events_show_navis_reads "the scanning backend was never seen in DataFileRead ($seen samples)"; return; }
+  echo "ok       wait_events_show_navis_reads (IO/DataFileRead in $seen samples of pg_stat_activity during unbounded scans)"
+}
