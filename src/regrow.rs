@@ -9,30 +9,30 @@
 //!    its row into the current build, except into an empty index, where it waits);
 //! 2. snapshots the index's rows (exact vectors and heap TIDs from the vector pages) and
 //!    builds in memory while other backends go on inserting, deleting and searching;
-//! 3. takes the writers lock exclusively (inserts and VACUUM hold it shared), appends the new
-//!    build after the old one (`BULK_IMAGES`), switches the metapage (one full-page image),
-//!    then carries over what changed since the snapshot: deletes first, then the rows inserted
-//!    meanwhile, through the normal insert path;
-//! 4. releases both locks. Inserts waited only for step 3; searches never wait. A scan that
-//!    started on the old build finishes on it: its blocks are retired, never overwritten.
+//! 3. takes the writers lock exclusively (inserts and VACUUM hold it shared), so that no
+//!    other writer runs; if rows were inserted or deleted since the snapshot, builds again
+//!    from the rows as they are now (writers wait for that build);
+//! 4. appends the new build after the old one (`BULK_IMAGES`), switches the metapage (one
+//!    full-page image) and releases both locks. The switch is the last write: a crash before
+//!    it leaves the old build in use, complete; after it the new one is complete. Searches
+//!    never wait; a scan that started on the old build finishes on it, as its blocks are
+//!    retired, never overwritten.
 //!
 //! The locks are PostgreSQL heavyweight page locks on tags that name no page (0 and 1), so
 //! the deadlock detector sees them and transaction abort releases them.
 
 use crate::build::{index_params, interrupt_pending, new_build_id, rows_in_memory};
 use crate::errors::raise_index_error;
-use crate::insert::insert_row;
 use crate::open::{open_index, OpenIndex};
 use crate::options::BuildOptions;
 use crate::pgstore::PgStore;
 use crate::{relstore, runtime, wal};
-use navis_engine::index::regrow::regrow_threshold;
-use navis_engine::index::{build_in_memory, EdgePageFormat, IndexError};
+use navis_engine::index::regrow::{regrow_threshold, RowSnapshot};
+use navis_engine::index::{build_in_memory, BuiltIndex, DiskReader, EdgePageFormat, IndexError};
 use navis_engine::relation::RelationWriter;
 use navis_engine::storage::HeapTid;
 use navis_engine::store::PageStore;
 use pgrx::pg_sys;
-use std::collections::HashSet;
 use std::rc::Rc;
 
 /// Inserts and VACUUM hold this shared; a rebuild's switch holds it exclusively.
@@ -97,72 +97,104 @@ pub fn rebuild_with(index: pg_sys::Relation, vector: &[f32], tid: HeapTid) -> bo
 }
 
 fn rebuild(index: pg_sys::Relation, open: &Rc<OpenIndex>, vector: &[f32], tid: HeapTid) {
-    let name = || runtime::relation_name(index);
-    let fail = |e: IndexError| -> ! {
-        raise_index_error(&format!("rebuild of navis index \"{}\"", name()), e)
-    };
     let bound = open.bind(index);
     let mut reader = open.reader();
+    let first = rows_with(index, open, &mut reader, vector, tid);
+    let built = build(index, &first);
+    // SAFETY: see lock_writers_shared.
+    unsafe { pg_sys::LockPage(index, WRITERS_LOCK, pg_sys::ExclusiveLock as i32) };
+    if open.index.rows_changed_since(&first.snapshot).is_empty() {
+        drop(bound);
+        open.recycle(reader);
+        write_and_switch(index, &built);
+    } else {
+        // Rows were inserted or deleted meanwhile: build again from the rows as they are now,
+        // with writers waiting. Carrying the changes over after the switch instead would
+        // leave them out of the index if the server crashed before they were all written.
+        drop(built);
+        let now = rows_with(index, open, &mut reader, vector, tid);
+        drop(bound);
+        open.recycle(reader);
+        write_and_switch(index, &build(index, &now));
+    }
+    // SAFETY: taken above.
+    unsafe { pg_sys::UnlockPage(index, WRITERS_LOCK, pg_sys::ExclusiveLock as i32) };
+}
+
+/// The rows of a rebuild: the index's rows (as snapshot) and the inserted one.
+struct Rows {
+    snapshot: RowSnapshot,
+    vectors: Vec<f32>,
+    tids: Vec<HeapTid>,
+}
+
+fn rows_with(
+    index: pg_sys::Relation,
+    open: &OpenIndex,
+    reader: &mut DiskReader<'_>,
+    vector: &[f32],
+    tid: HeapTid,
+) -> Rows {
     let snapshot = open
         .index
-        .snapshot_rows(&mut reader)
-        .unwrap_or_else(|e| fail(e));
+        .snapshot_rows(reader)
+        .unwrap_or_else(|e| fail(index, e));
     let mut vectors = snapshot.vectors.clone();
     vectors.extend_from_slice(vector);
     let mut tids = snapshot.tids.clone();
     tids.push(tid);
+    Rows {
+        snapshot,
+        vectors,
+        tids,
+    }
+}
+
+/// The in-memory build of `rows` with the index's options and this session's
+/// maintenance_work_mem and threads, as CREATE INDEX would.
+fn build<'r>(index: pg_sys::Relation, rows: &'r Rows) -> BuiltIndex<'r> {
+    let dim = rows.vectors.len() / rows.tids.len();
     let options = BuildOptions::of_index(index);
-    options.validate_for(vector.len());
-    let params = index_params(index, &options, Some(vector.len()));
+    options.validate_for(dim);
+    let params = index_params(index, &options, Some(dim));
     let no_progress = |_, _, _| {};
     let built = build_in_memory(
-        &vectors,
-        &tids,
+        &rows.vectors,
+        &rows.tids,
         &params,
         EdgePageFormat::Relation,
         &no_progress,
         &interrupt_pending,
     );
-    let built = match built {
+    match built {
         Ok(b) => b,
         Err(IndexError::Cancelled) => {
             pgrx::check_for_interrupts!();
-            fail(IndexError::Cancelled)
+            fail(index, IndexError::Cancelled)
         }
-        Err(e) => fail(e),
-    };
+        Err(e) => fail(index, e),
+    }
+}
 
-    // From here on no other writer runs: carry over what they did since the snapshot.
-    // SAFETY: see lock_writers_shared.
-    unsafe { pg_sys::LockPage(index, WRITERS_LOCK, pg_sys::ExclusiveLock as i32) };
-    let changes = open.index.rows_changed_since(&snapshot);
-    let (added, added_tids) = open
-        .index
-        .load_rows(&mut reader, &changes.added)
-        .unwrap_or_else(|e| fail(e));
-    open.recycle(reader);
-    drop(bound);
-
+/// Appends `built` after the build in use and switches the metapage to it. An ERROR or a
+/// crash before the switch leaves the old build in use, whole (the pages written are dead
+/// space); after it the new build is complete.
+fn write_and_switch(index: pg_sys::Relation, built: &BuiltIndex<'_>) {
     let store = PgStore::appending(index);
     let page = RelationWriter::append(&store, &built.input(), built.medoid, new_build_id())
         .and_then(|(_, page)| store.sync().map(|()| page))
-        .unwrap_or_else(|e| fail(e.into()));
-    drop(built);
+        .unwrap_or_else(|e| fail(index, e.into()));
     switch_metapage(index, page);
+}
 
-    let new = open_index(index);
-    let _bound = new.bind(index);
-    if !changes.gone.is_empty() {
-        let gone: HashSet<HeapTid> = changes.gone.iter().copied().collect();
-        new.index
-            .bulk_delete(|t| gone.contains(&t), &|| false)
-            .unwrap_or_else(|e| fail(e));
-    }
-    for (v, t) in added.chunks_exact(vector.len()).zip(added_tids) {
-        insert_row(index, &new, v, t);
-    }
-    // SAFETY: taken above.
-    unsafe { pg_sys::UnlockPage(index, WRITERS_LOCK, pg_sys::ExclusiveLock as i32) };
+fn fail(index: pg_sys::Relation, e: IndexError) -> ! {
+    raise_index_error(
+        &format!(
+            "rebuild of navis index \"{}\"",
+            runtime::relation_name(index)
+        ),
+        e,
+    )
 }
 
 /// Replaces block 0 with the new build's metapage through its buffer, logged as a full-page

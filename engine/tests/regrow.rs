@@ -5,8 +5,9 @@
 //! - the grown index answers like a fresh build of the same rows (recall within a point);
 //! - the relation verifies, with the earlier builds' blocks retired, and a runtime copy made
 //!   afresh from the pages answers as the live one;
-//! - rows inserted and deleted while a rebuild ran (between its snapshot and its switch) are
-//!   carried over by `rows_changed_since`: every surviving row is found, no deleted one.
+//! - `rows_changed_since` sees every row inserted and deleted after a snapshot (the PostgreSQL
+//!   layer builds again when it sees any), and names them exactly: a build of the snapshot
+//!   with them applied finds every surviving row and no deleted one.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -214,7 +215,7 @@ fn grown_built(grown: &Grown) -> usize {
 }
 
 #[test]
-fn rows_changed_during_a_rebuild_are_carried_over() {
+fn rows_changed_since_a_snapshot_are_named_exactly() {
     let n = 600;
     let data = synthetic_clustered(n, DIM, 6, 43);
     let tmp = tempfile::tempdir().unwrap();
