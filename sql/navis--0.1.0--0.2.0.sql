@@ -2,11 +2,13 @@
 --
 -- On-disk format: unchanged for 0.1.0 indexes. 0.2.0 reads metapage offset 44 (reserved and
 -- zero in 0.1.0) as the first block of the current build, zero meaning 1, so every 0.1.0 index
--- works as it is, without REINDEX (RFC 0002; engine/src/pages/meta.rs).
+-- works as it is, without REINDEX (RFC 0002; engine/src/pages/meta.rs). Metric code 4 (L1) is
+-- new; 0.1.0 never wrote it.
 --
 -- SQL: navis_index_stats gains the columns built_rows and retired_bytes (a new result type, so
--- the function is dropped and created again), and navis_enable_pgvector also creates the
--- operator classes for pgvector's halfvec. New in the module without SQL: the setting
+-- the function is dropped and created again); L1 distance: l1_distance, the <+> operator on
+-- real[] and the navis_l1_ops operator class; navis_enable_pgvector also creates the operator
+-- classes for pgvector's halfvec and for <+>. New in the module without SQL: the setting
 -- navis.iterative_scan.
 \echo Use "ALTER EXTENSION navis UPDATE" to load this file. \quit
 
@@ -48,6 +50,21 @@ STRICT VOLATILE PARALLEL UNSAFE
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'navis_index_stats_wrapper';
 
+CREATE  FUNCTION "l1_distance"(
+	"a" real[], /* Array < '_, f32 > */
+	"b" real[] /* Array < '_, f32 > */
+) RETURNS double precision /* f64 */
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'l1_distance_wrapper';
+
+CREATE OPERATOR <+> (
+    LEFTARG = real[], RIGHTARG = real[], FUNCTION = l1_distance, COMMUTATOR = '<+>'
+);
+COMMENT ON OPERATOR <+>(real[], real[]) IS 'navis: L1 (taxicab) distance';
+CREATE OPERATOR CLASS navis_l1_ops FOR TYPE real[] USING navis AS
+    OPERATOR 1 <+> (real[], real[]) FOR ORDER BY float_ops;
+
 CREATE OR REPLACE FUNCTION navis_enable_pgvector() RETURNS integer
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -76,13 +93,17 @@ BEGIN
                                    (3, 'vector', 'navis_vector_cosine_ops', '<=>'),
                                    (4, 'halfvec', 'navis_halfvec_l2_ops', '<->'),
                                    (5, 'halfvec', 'navis_halfvec_ip_ops', '<#>'),
-                                   (6, 'halfvec', 'navis_halfvec_cosine_ops', '<=>')) AS v(ord, typ, name, op)
+                                   (6, 'halfvec', 'navis_halfvec_cosine_ops', '<=>'),
+                                   (7, 'vector', 'navis_vector_l1_ops', '<+>'),
+                                   (8, 'halfvec', 'navis_halfvec_l1_ops', '<+>')) AS v(ord, typ, name, op)
              ORDER BY ord
     LOOP
         CONTINUE WHEN EXISTS (SELECT 1 FROM pg_opclass
                               WHERE opcname = c.name AND opcmethod = navis_am);
-        -- halfvec came with pgvector 0.7
+        -- halfvec and <+> came with pgvector 0.7
         CONTINUE WHEN to_regtype(format('%I.%I', vector_nsp, c.typ)) IS NULL;
+        CONTINUE WHEN to_regoperator(format('%I.%s(%I.%I,%I.%I)', vector_nsp, c.op,
+                                            vector_nsp, c.typ, vector_nsp, c.typ)) IS NULL;
         EXECUTE format(
             'CREATE OPERATOR CLASS %I.%I %s FOR TYPE %I.%I USING navis AS '
             'OPERATOR 1 %I.%s (%I.%I, %I.%I) FOR ORDER BY pg_catalog.float_ops',
@@ -113,7 +134,7 @@ $navis$;
 COMMENT ON FUNCTION navis_enable_pgvector() IS
     'navis: create the navis operator classes for pgvector''s vector and halfvec types (run after CREATE EXTENSION vector, and again after updating it; returns how many were created, 0 when all exist)';
 
--- pgvector with halfvec already installed: create its operator classes now.
+-- pgvector already installed: create its new operator classes now.
 DO $navis$
 BEGIN
     IF EXISTS (SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'vector') THEN

@@ -65,6 +65,8 @@ CREATE OPERATOR CLASS navis_ip_ops FOR TYPE real[] USING navis AS
     OPERATOR 1 <#> (real[], real[]) FOR ORDER BY float_ops;
 CREATE OPERATOR CLASS navis_cosine_ops FOR TYPE real[] USING navis AS
     OPERATOR 1 <=> (real[], real[]) FOR ORDER BY float_ops;
+CREATE OPERATOR CLASS navis_l1_ops FOR TYPE real[] USING navis AS
+    OPERATOR 1 <+> (real[], real[]) FOR ORDER BY float_ops;
 "#,
     name = "navis_opclasses",
     requires = [navis_handler, "navis_operators"]
@@ -72,7 +74,7 @@ CREATE OPERATOR CLASS navis_cosine_ops FOR TYPE real[] USING navis AS
 
 /// Name of the SQL operator of a navis opclass, mapped to the engine's metric.
 fn metric_of_operator(name: &str) -> Option<Metric> {
-    [Metric::L2, Metric::InnerProduct, Metric::Cosine]
+    [Metric::L2, Metric::InnerProduct, Metric::Cosine, Metric::L1]
         .into_iter()
         .find(|m| m.operator() == name)
 }
@@ -102,17 +104,17 @@ pub fn index_metric(index: pg_sys::Relation) -> Metric {
             raise(
                 PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
                 "navis operator class has no supported ORDER BY operator".into(),
-                Some("Use navis_l2_ops (<->), navis_ip_ops (<#>) or navis_cosine_ops (<=>)."),
+                Some("Use navis_l2_ops (<->), navis_ip_ops (<#>), navis_cosine_ops (<=>) or navis_l1_ops (<+>)."),
             )
         })
 }
 
 /// Checks that an operator class gives navis what it needs: one ORDER BY operator at
-/// strategy 1 that is one of the three distance operators.
+/// strategy 1 that is one of the four distance operators.
 #[pg_guard]
 unsafe extern "C-unwind" fn amvalidate(opclass: pg_sys::Oid) -> bool {
     let query = "SELECT count(*) FILTER (WHERE ao.amopstrategy = 1 AND ao.amoppurpose = 'o'
-                                          AND o.oprname IN ('<->', '<#>', '<=>')),
+                                          AND o.oprname IN ('<->', '<#>', '<=>', '<+>')),
                         count(*)
                  FROM pg_opclass c
                  JOIN pg_amop ao ON ao.amopfamily = c.opcfamily

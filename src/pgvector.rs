@@ -48,13 +48,17 @@ BEGIN
                                    (3, 'vector', 'navis_vector_cosine_ops', '<=>'),
                                    (4, 'halfvec', 'navis_halfvec_l2_ops', '<->'),
                                    (5, 'halfvec', 'navis_halfvec_ip_ops', '<#>'),
-                                   (6, 'halfvec', 'navis_halfvec_cosine_ops', '<=>')) AS v(ord, typ, name, op)
+                                   (6, 'halfvec', 'navis_halfvec_cosine_ops', '<=>'),
+                                   (7, 'vector', 'navis_vector_l1_ops', '<+>'),
+                                   (8, 'halfvec', 'navis_halfvec_l1_ops', '<+>')) AS v(ord, typ, name, op)
              ORDER BY ord
     LOOP
         CONTINUE WHEN EXISTS (SELECT 1 FROM pg_opclass
                               WHERE opcname = c.name AND opcmethod = navis_am);
-        -- halfvec came with pgvector 0.7
+        -- halfvec and <+> came with pgvector 0.7
         CONTINUE WHEN to_regtype(format('%I.%I', vector_nsp, c.typ)) IS NULL;
+        CONTINUE WHEN to_regoperator(format('%I.%s(%I.%I,%I.%I)', vector_nsp, c.op,
+                                            vector_nsp, c.typ, vector_nsp, c.typ)) IS NULL;
         EXECUTE format(
             'CREATE OPERATOR CLASS %I.%I %s FOR TYPE %I.%I USING navis AS '
             'OPERATOR 1 %I.%s (%I.%I, %I.%I) FOR ORDER BY pg_catalog.float_ops',

@@ -267,6 +267,7 @@ fn sql_distance(metric: Metric, d: f32) -> f64 {
         Metric::InnerProduct => d as f64,
         // unit vectors: |a - b|^2 = 2 - 2 cos
         Metric::Cosine => (d as f64 / 2.0).clamp(0.0, 2.0),
+        Metric::L1 => d as f64,
     }
 }
 

@@ -1,4 +1,4 @@
-//! The vector SQL surface on `real[]`: distance functions and the `<->`, `<#>`, `<=>`
+//! The vector SQL surface on `real[]`: distance functions and the `<->`, `<#>`, `<=>`, `<+>`
 //! operators, with pgvector's meaning so queries port unchanged.
 //!
 //! Arrays are checked here for the things only PostgreSQL can see (shape and SQL NULL
@@ -81,6 +81,13 @@ fn cosine_distance(a: Array<'_, f32>, b: Array<'_, f32>) -> f64 {
     distance(a, b, Metric::Cosine)
 }
 
+/// L1 (Manhattan, taxicab) distance `sum |a_i - b_i|`, the `<+>` operator (pgvector's
+/// `l1_distance`).
+#[pg_extern(immutable, parallel_safe, strict)]
+fn l1_distance(a: Array<'_, f32>, b: Array<'_, f32>) -> f64 {
+    distance(a, b, Metric::L1)
+}
+
 /// Number of dimensions of a vector (after checking it is one).
 #[pg_extern(immutable, parallel_safe, strict)]
 fn navis_vector_dims(a: Array<'_, f32>) -> i32 {
@@ -111,7 +118,16 @@ CREATE OPERATOR <=> (
     LEFTARG = real[], RIGHTARG = real[], FUNCTION = cosine_distance, COMMUTATOR = '<=>'
 );
 COMMENT ON OPERATOR <=>(real[], real[]) IS 'navis: cosine distance';
+CREATE OPERATOR <+> (
+    LEFTARG = real[], RIGHTARG = real[], FUNCTION = l1_distance, COMMUTATOR = '<+>'
+);
+COMMENT ON OPERATOR <+>(real[], real[]) IS 'navis: L1 (taxicab) distance';
 "#,
     name = "navis_operators",
-    requires = [l2_distance, negative_inner_product, cosine_distance]
+    requires = [
+        l2_distance,
+        negative_inner_product,
+        cosine_distance,
+        l1_distance
+    ]
 );

@@ -392,6 +392,15 @@ impl ProductQuantizer {
             match self.metric {
                 Metric::L2 | Metric::Cosine => centroids.squared_distances(sub, row),
                 Metric::InnerProduct => centroids.negative_dots(sub, row),
+                // The sum over subspaces of L1 distances to the centroids is the L1 distance
+                // to the reconstruction, as squared L2 is for L2. The centroids are still
+                // means (k-means in L2), which approximate well enough to steer a search
+                // whose results are reranked exactly.
+                Metric::L1 => {
+                    for (c, out) in row.iter_mut().enumerate().take(self.k) {
+                        *out = crate::distance::l1(sub, self.centroid(s, c));
+                    }
+                }
             }
         }
     }

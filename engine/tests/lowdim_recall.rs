@@ -1,6 +1,6 @@
 //! Recall on data that is not a benchmark (issue 14 part 4), at the settings PostgreSQL uses
 //! by default: 10,000 uniformly random 3-d vectors for L2, inner product and cosine, the same
-//! after deleting half of them and consolidating and with the last 1000 rows inserted after
+//! (and L1, pgvector's `<+>`) after deleting half of them and consolidating and with the last 1000 rows inserted after
 //! the build, and identical vectors that must all come back from an unbounded scan.
 //!
 //! The defaults are the PostgreSQL layer's: `src/options.rs` registers the index options that
@@ -15,7 +15,7 @@
 //! numbers. The ignored `report_low_dimension_recall` measures other shapes, set by
 //! environment variables that reach only it: `PROBE_DIM`, `PROBE_N`, `PROBE_PQ` (code
 //! bytes), `PROBE_SYM` (uniform in [-1, 1)), `PROBE_CLUSTERED` (clusters of
-//! `synthetic_clustered`), `PROBE_LIST` (search list), `PROBE_METRIC` (1 L2, 2 IP, 3 cosine).
+//! `synthetic_clustered`), `PROBE_LIST` (search list), `PROBE_METRIC` (1 L2, 2 IP, 3 cosine, 4 L1).
 
 use std::collections::HashSet;
 
@@ -343,6 +343,16 @@ fn random_3d_cosine_recall_after_inserts() {
 }
 
 #[test]
+fn random_3d_l1_recall_fresh_and_after_deleting_half() {
+    assert_targets(Metric::L1);
+}
+
+#[test]
+fn random_3d_l1_recall_after_inserts() {
+    assert_recall_after_inserts(Metric::L1);
+}
+
+#[test]
 fn default_pq_code_has_a_subspace_per_dimension_below_twelve() {
     let p = IndexParams::default();
     let pairs = [
@@ -462,9 +472,9 @@ fn report_low_dimension_recall() {
         clusters: env("PROBE_CLUSTERED"),
         list: env("PROBE_LIST").unwrap_or(40),
     };
-    // PROBE_METRIC=1, 2 or 3: L2, inner product or cosine only.
+    // PROBE_METRIC=1, 2, 3 or 4: L2, inner product, cosine or L1 only.
     let only: Option<u32> = env("PROBE_METRIC");
-    for metric in [Metric::L2, Metric::InnerProduct, Metric::Cosine] {
+    for metric in [Metric::L2, Metric::InnerProduct, Metric::Cosine, Metric::L1] {
         if only.is_none_or(|m| Metric::from_code(m) == Some(metric)) {
             measure(metric, shape);
         }

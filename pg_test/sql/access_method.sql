@@ -37,6 +37,16 @@ INSERT INTO items VALUES (102, '{0,0,0}');
 CREATE INDEX items_cos ON items USING navis (embedding navis_cosine_ops);
 SELECT reltuples FROM pg_class WHERE relname = 'items_cos';
 DROP INDEX items_cos;
+-- L1 (<+>): the index's top 10 are the exact top 10
+CREATE INDEX items_l1 ON items USING navis (embedding navis_l1_ops);
+SET enable_seqscan = off;
+EXPLAIN (COSTS OFF) SELECT id FROM items ORDER BY embedding <+> '{10,11,12}' LIMIT 10;
+SELECT array_agg(id) AS l1_top10 FROM (SELECT id FROM items ORDER BY embedding <+> '{10,11,12}' LIMIT 10) s;
+RESET enable_seqscan;
+SET enable_indexscan = off;
+SELECT array_agg(id) AS l1_exact_top10 FROM (SELECT id FROM items ORDER BY embedding <+> '{10,11,12}', id LIMIT 10) s;
+RESET enable_indexscan;
+DROP INDEX items_l1;
 -- index options: ranges are checked by PostgreSQL, combinations by navis
 CREATE INDEX ON items USING navis (embedding) WITH (max_degree = 4);
 CREATE INDEX ON items USING navis (embedding) WITH (max_degree = 1000);

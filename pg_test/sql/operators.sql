@@ -1,4 +1,4 @@
--- The three distance operators and their function forms on real[], with pgvector's meaning.
+-- The four distance operators and their function forms on real[], with pgvector's meaning.
 CREATE EXTENSION navis;
 SELECT '{1,2,3}'::real[] <-> '{4,6,8}'::real[] AS l2,
        sqrt(50) AS expected_l2;
@@ -18,6 +18,12 @@ SELECT '{1,2,3}'::real[] <-> '{1,2,3}'::real[] AS same_l2,
 -- cosine distance with a zero vector is NaN, as in pgvector
 SELECT '{0,0}'::real[] <=> '{1,2}'::real[] AS zero_cosine,
        '{0,0}'::real[] <=> '{0,0}'::real[] AS both_zero_cosine;
+-- L1 (taxicab) distance, pgvector's <+>: |1-4| + |2-6| + |3-8| = 12; and on 9 dimensions
+-- (one lane pass of eight and one left over)
+SELECT '{1,2,3}'::real[] <+> '{4,6,8}'::real[] AS l1,
+       l1_distance('{1,2,3}', '{4,6,8}') = ('{1,2,3}'::real[] <+> '{4,6,8}'::real[]) AS l1_same,
+       '{1,2,3,4,5,6,7,8,9}'::real[] <+> '{-1,-2,-3,-4,-5,-6,-7,-8,-9}'::real[] AS l1_9d;
+SELECT '{1,2}'::real[] <+> '{1,2,3}'::real[];
 -- NULL operands give NULL (the functions are STRICT)
 SELECT NULL::real[] <-> '{1}'::real[] AS null_l2, '{1}'::real[] <#> NULL AS null_ip;
 -- huge finite values: the sum overflows single precision to Infinity, as in pgvector

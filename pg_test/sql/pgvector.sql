@@ -115,6 +115,14 @@ SET enable_seqscan = off;
 SELECT op, count(*) AS rows, count(*) FILTER (WHERE e.id = q.id) AS same_id_at_rank,
        bool_and(abs(e.dist - q.dist) < 1e-6) AS same_distances
 FROM hq q JOIN hexact e USING (op, rank) GROUP BY op ORDER BY op;
+-- L1 (<+>, pgvector 0.7 and later) on vector and halfvec: the exact top 10
+CREATE INDEX items_l1 ON items USING navis (embedding navis_vector_l1_ops);
+CREATE INDEX hitems_l1 ON hitems USING navis (embedding navis_halfvec_l1_ops);
+SELECT (SELECT array_agg(id) FROM (SELECT id FROM items ORDER BY embedding <+> '[0.5, 0.5, 0.0]' LIMIT 10) a)
+     = (SELECT array_agg(id) FROM (SELECT id FROM items ORDER BY (embedding <+> '[0.5, 0.5, 0.0]') + 0, id LIMIT 10) b) AS vector_l1_exact,
+       (SELECT array_agg(id) FROM (SELECT id FROM hitems ORDER BY embedding <+> '[0.5, 0.5, 0.0]' LIMIT 10) a)
+     = (SELECT array_agg(id) FROM (SELECT id FROM hitems ORDER BY (embedding <+> '[0.5, 0.5, 0.0]') + 0, id LIMIT 10) b) AS halfvec_l1_exact;
+EXPLAIN (COSTS OFF) SELECT id FROM hitems ORDER BY embedding <+> '[0.5, 0.5, 0.0]' LIMIT 10;
 -- inserts, and an index over an empty halfvec table that grows by them
 INSERT INTO hitems VALUES (1000, '[0.5, 0.5, 0.0]');
 SELECT id FROM hitems ORDER BY embedding <-> '[0.5, 0.5, 0.0]' LIMIT 1;

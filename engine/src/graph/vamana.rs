@@ -420,8 +420,9 @@ impl<'a> Builder<'a> {
             counts: (0..n).map(|_| AtomicU16::new(0)).collect(),
             stripes: (0..LOCK_STRIPES.min(n)).map(|_| Mutex::new(())).collect(),
             approx: match (distances, metric) {
-                // Inner product has no squared-difference form to quantize; see `sq8`.
-                (_, Metric::InnerProduct) | (BuildDistances::Exact, _) => None,
+                // Inner product has no squared-difference form to quantize, and the codes
+                // give squared differences, not L1 (see `sq8`).
+                (_, Metric::InnerProduct | Metric::L1) | (BuildDistances::Exact, _) => None,
                 (BuildDistances::Sq8, _) => Some(Sq8::encode(data, dim)),
             },
         }
