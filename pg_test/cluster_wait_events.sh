@@ -27,3 +27,24 @@ test_wait_events_show_navis_reads() {
   [ -n "$n" ] && [ "$n" -ge 1 ] || { fail wait_events_show_navis_reads "the scanning backend was never seen in DataFileRead ($seen samples)"; return; }
   echo "ok       wait_events_show_navis_reads (IO/DataFileRead in $seen samples of pg_stat_activity during unbounded scans)"
 }
+
+# pg_stat_statements (preloaded next to navis for this test) sees navis's page reads and
+# NAVIS-Cache hits in the buffer counters of an ordered scan's statement: far more blocks than
+# the metapage read per scan that PostgreSQL counts by itself.
+test_pg_stat_statements_counts_navis_reads() {
+  sql -c "ALTER SYSTEM SET shared_preload_libraries = navis, pg_stat_statements" >/dev/null
+  restart_with
+  sql -c "CREATE EXTENSION IF NOT EXISTS pg_stat_statements" -c "CREATE TABLE ss (id int PRIMARY KEY, v real[])" >/dev/null
+  load_fmnist ss 1 3000
+  sql -c "CREATE INDEX ss_v ON ss USING navis (v)" -c "SELECT pg_stat_statements_reset()" >/dev/null
+  val "SET enable_seqscan = off; SELECT count(*) FROM fm_q q, LATERAL (SELECT id FROM ss ORDER BY v <-> q.v LIMIT 10) n /* navis_pgss_probe */" >/dev/null
+  local row; row=$(val "SELECT calls, shared_blks_hit + shared_blks_read FROM pg_stat_statements WHERE query LIKE '%navis_pgss_probe%' AND query NOT LIKE '%pg_stat_statements%'")
+  sql -c "DROP TABLE ss" -c "DROP EXTENSION pg_stat_statements" -c "ALTER SYSTEM RESET shared_preload_libraries" >/dev/null
+  restart_with
+  local blocks=${row##*|}
+  # 100 scans of LIMIT 10: without navis's own blocks about 2,500 (the metapage per scan,
+  # about 2 heap blocks per row returned, the query table); 8,467 when this was written
+  [ -n "$blocks" ] && [ "$blocks" -gt 5000 ] ||
+    { fail pg_stat_statements_counts_navis_reads "calls|blocks: '$row'"; return; }
+  echo "ok       pg_stat_statements_counts_navis_reads (100 ordered scans: $blocks shared blocks hit or read in pg_stat_statements)"
+}

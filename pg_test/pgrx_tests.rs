@@ -79,7 +79,9 @@ fn access_method_and_opclasses_are_registered() {
     );
     assert_eq!(
         classes,
-        Ok(Some("navis_cosine_ops:false,navis_ip_ops:false,navis_l2_ops:true".into()))
+        Ok(Some(
+            "navis_cosine_ops:false,navis_ip_ops:false,navis_l1_ops:false,navis_l2_ops:true".into()
+        ))
     );
     // amvalidate accepts every navis opclass
     let valid = Spi::get_one::<bool>(
