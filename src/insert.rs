@@ -67,20 +67,26 @@ pub unsafe extern "C-unwind" fn aminsert(
             )
         }
     };
-    // An empty index, or one whose rows reached the next rebuild threshold: rebuilt from its
-    // rows with this one (regrow.rs), unless another backend is rebuilding it right now.
-    let open = open_index(index);
-    check_dim(&open);
-    if regrow::due(index, &open) && regrow::rebuild_with(index, vector, tid) {
-        return false;
-    }
-    drop(open);
-    // Held across the insert so that no rebuild switches builds under it; the index is
-    // opened again under it, as a rebuild may have switched builds meanwhile.
+    // Held across the insert so that no rebuild switches builds under it.
     regrow::lock_writers_shared(index);
-    let open = open_index(index);
-    let _bound = open.bind(index);
+    let mut open = open_index(index);
     check_dim(&open);
+    if regrow::due(index, &open) {
+        // An empty index, or one whose rows reached the next rebuild threshold: rebuilt from
+        // its rows with this one (regrow.rs), unless another backend is rebuilding it right
+        // now. The rebuild takes the writers lock exclusively, so this one is given up first;
+        // afterwards the index is opened again, as a rebuild may have switched builds.
+        let empty = !open.index.accepts_inserts();
+        drop(open);
+        regrow::unlock_writers_shared(index);
+        if regrow::rebuild_with(index, empty, vector, tid) {
+            return false;
+        }
+        regrow::lock_writers_shared(index);
+        open = open_index(index);
+        check_dim(&open);
+    }
+    let _bound = open.bind(index);
     if !open.index.accepts_inserts() {
         raise(
             PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,

@@ -121,12 +121,6 @@ unsafe extern "C-unwind" fn forget_types(_arg: pg_sys::Datum, _cache_id: i32, _h
     KNOWN.with(|k| k.borrow_mut().clear());
 }
 
-/// Whether `type_oid` is pgvector's `vector` type.
-#[cfg(any(test, feature = "pg_test"))]
-pub fn is_pgvector_type(type_oid: pg_sys::Oid) -> bool {
-    pgvector_type(type_oid) == Some(PgvectorType::Vector)
-}
-
 /// Which of pgvector's types `type_oid` is: a type named `vector` or `halfvec` that is a
 /// member of the extension named `vector`. Answers are remembered per backend until pg_type
 /// changes.
@@ -196,10 +190,10 @@ mod tests {
             VectorInput::for_type(pg_sys::FLOAT4ARRAYOID),
             VectorInput::RealArray
         );
-        assert!(!crate::pgvector::is_pgvector_type(pg_sys::INT4OID));
-        assert!(!crate::pgvector::is_pgvector_type(pg_sys::FLOAT4ARRAYOID));
+        assert_eq!(crate::pgvector::pgvector_type(pg_sys::INT4OID), None);
+        assert_eq!(crate::pgvector::pgvector_type(pg_sys::FLOAT4ARRAYOID), None);
         // asked twice: the remembered answer is the same
-        assert!(!crate::pgvector::is_pgvector_type(pg_sys::INT4OID));
+        assert_eq!(crate::pgvector::pgvector_type(pg_sys::INT4OID), None);
     }
 
     #[pg_test]
@@ -208,7 +202,7 @@ mod tests {
         let oid = Spi::get_one::<pg_sys::Oid>("SELECT 'vector'::regtype::oid")
             .unwrap()
             .unwrap();
-        assert!(!crate::pgvector::is_pgvector_type(oid));
+        assert_eq!(crate::pgvector::pgvector_type(oid), None);
     }
 
     #[pg_test(

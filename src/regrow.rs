@@ -73,10 +73,10 @@ pub fn due(index: pg_sys::Relation, open: &OpenIndex) -> bool {
 }
 
 /// Rebuilds `index` with the row (`vector`, `tid`) in it, if it is still due once this
-/// backend holds the rebuild lock. Returns whether the row went in; if not, the caller
-/// inserts it into the current build.
-pub fn rebuild_with(index: pg_sys::Relation, vector: &[f32], tid: HeapTid) -> bool {
-    let empty = built_rows(&open_index(index)) == 0;
+/// backend holds the rebuild lock (an `empty` index has no build to insert into, so its
+/// inserter waits for that lock). Returns whether the row went in; if not, the caller
+/// inserts it into the current build. The caller must not hold the writers lock.
+pub fn rebuild_with(index: pg_sys::Relation, empty: bool, vector: &[f32], tid: HeapTid) -> bool {
     // SAFETY: an open relation; see lock_writers_shared.
     unsafe {
         if empty {

@@ -19,12 +19,8 @@ cluster_start "$D" "$PORT" "shared_preload_libraries = 'navis'" "shared_buffers 
 trap 'cluster_stop "$D"' EXIT
 p() { cluster_psql "$D" "$PORT" -v ON_ERROR_STOP=1 -At "$@"; }
 p -c "CREATE EXTENSION navis"
-python3 "$ROOT/scripts/fashion_mnist_copy.py" train "$ROWS" |
-  p -c "CREATE TABLE f (id int PRIMARY KEY, label int, v real[]); COPY f FROM STDIN"
-python3 "$ROOT/scripts/fashion_mnist_copy.py" test 100 |
-  p -c "CREATE TABLE q (id int, label int, v real[]); COPY q FROM STDIN"
-p -c "VACUUM ANALYZE f" -c "SET enable_indexscan = off" \
-  -c "CREATE TABLE exact AS SELECT q.id AS qid, n.id FROM q CROSS JOIN LATERAL (SELECT id FROM f ORDER BY f.v <-> q.v LIMIT 10) n"
+source "$ROOT/benchmarks/pg/fmnist.sh"
+fmnist_tables f "$ROWS"
 echo "| maintenance_work_mem | CREATE INDEX (s) | rows built in memory | recall@10 |"
 echo "|---|---|---|---|"
 for m in "${SETTINGS[@]}"; do
@@ -32,9 +28,7 @@ for m in "${SETTINGS[@]}"; do
   notice=$(p -c "SET maintenance_work_mem = '$m'" -c "SET max_parallel_maintenance_workers = 1" \
     -c "CREATE INDEX f_v ON f USING navis (v)" 2>&1 >/dev/null | grep -o 'holds [0-9]* of the [0-9]* rows' || true)
   t1=$(date +%s.%N)
-  recall=$(p -c "SET enable_seqscan = off" -c "SELECT round(count(*) FILTER (WHERE EXISTS
-      (SELECT 1 FROM exact e WHERE e.qid = a.qid AND e.id = a.id)) / 1000.0, 4)
-      FROM (SELECT q.id AS qid, n.id FROM q CROSS JOIN LATERAL (SELECT id FROM f ORDER BY f.v <-> q.v LIMIT 10) n) a" | tail -1)
+  recall=$(fmnist_recall f)
   built=${notice:-all $ROWS rows}
   awk -v m="$m" -v t0="$t0" -v t1="$t1" -v b="$built" -v r="$recall" \
     'BEGIN { printf "| %s | %.1f | %s | %s |\n", m, t1 - t0, b, r }'

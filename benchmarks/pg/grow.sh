@@ -21,12 +21,8 @@ cluster_start "$D" "$PORT" "shared_preload_libraries = 'navis'" "shared_buffers 
 trap 'cluster_stop "$D"' EXIT
 p() { cluster_psql "$D" "$PORT" -v ON_ERROR_STOP=1 -At "$@"; }
 p -c "CREATE EXTENSION navis"
-python3 "$ROOT/scripts/fashion_mnist_copy.py" train "$ROWS" |
-  p -c "CREATE TABLE src (id int PRIMARY KEY, label int, v real[]); COPY src FROM STDIN"
-python3 "$ROOT/scripts/fashion_mnist_copy.py" test 100 |
-  p -c "CREATE TABLE q (id int, label int, v real[]); COPY q FROM STDIN"
-p -c "SET enable_indexscan = off" \
-  -c "CREATE TABLE exact AS SELECT q.id AS qid, n.id FROM q CROSS JOIN LATERAL (SELECT id FROM src ORDER BY src.v <-> q.v LIMIT 10) n"
+source "$ROOT/benchmarks/pg/fmnist.sh"
+fmnist_tables src "$ROWS"
 
 p -c "CREATE TABLE grown (id int PRIMARY KEY, v real[])" -c "CREATE INDEX grown_v ON grown USING navis (v)"
 for ((lo = 1; lo <= ROWS; lo += BATCH)); do
@@ -34,11 +30,6 @@ for ((lo = 1; lo <= ROWS; lo += BATCH)); do
 done
 p -c "CREATE TABLE fresh AS SELECT id, v FROM src" -c "CREATE INDEX fresh_v ON fresh USING navis (v)"
 
-recall() {  # TABLE LIST
-  p -c "SET enable_seqscan = off" -c "SET navis.search_list = $2" -c "SELECT round(count(*) FILTER (WHERE EXISTS
-      (SELECT 1 FROM exact e WHERE e.qid = a.qid AND e.id = a.id)) / 1000.0, 4)
-      FROM (SELECT q.id AS qid, n.id FROM q CROSS JOIN LATERAL (SELECT id FROM $1 ORDER BY $1.v <-> q.v LIMIT 10) n) a" | tail -1
-}
 echo "$ROWS Fashion-MNIST rows, maintenance_work_mem $MEM, inserted in batches of $BATCH into an empty index vs CREATE INDEX"
 echo
 header="| index | built_rows | relation MiB | retired MiB |"
@@ -50,6 +41,6 @@ for t in grown fresh; do
       FROM navis_index_stats('${t}_v')" | tr '|' ' ')
   read -r built size retired <<<"$row"
   line="| $t | $built | $size | $retired |"
-  for l in "${LISTS[@]}"; do line+=" $(recall "$t" "$l") |"; done
+  for l in "${LISTS[@]}"; do line+=" $(fmnist_recall "$t" "navis.search_list = $l") |"; done
   echo "$line"
 done

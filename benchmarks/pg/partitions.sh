@@ -22,12 +22,8 @@ cluster_start "$D" "$PORT" "shared_preload_libraries = 'navis'" "shared_buffers 
 trap 'cluster_stop "$D"' EXIT
 p() { cluster_psql "$D" "$PORT" -v ON_ERROR_STOP=1 -At "$@"; }
 p -c "CREATE EXTENSION navis"
-python3 "$ROOT/scripts/fashion_mnist_copy.py" train "$ROWS" |
-  p -c "CREATE TABLE src (id int PRIMARY KEY, label int, v real[]); COPY src FROM STDIN"
-python3 "$ROOT/scripts/fashion_mnist_copy.py" test 100 |
-  p -c "CREATE TABLE q (id int, label int, v real[]); COPY q FROM STDIN"
-p -c "SET enable_indexscan = off" \
-  -c "CREATE TABLE exact AS SELECT q.id AS qid, n.id FROM q CROSS JOIN LATERAL (SELECT id FROM src ORDER BY src.v <-> q.v LIMIT 10) n"
+source "$ROOT/benchmarks/pg/fmnist.sh"
+fmnist_tables src "$ROWS"
 cat >"$D/query.sql" <<'EOF'
 \set qid random(1, 100)
 SELECT id FROM t ORDER BY v <-> (SELECT v FROM q WHERE id = :qid) LIMIT 10;
@@ -53,9 +49,7 @@ for n in "${COUNTS[@]}"; do
   fi
   p -c "INSERT INTO t SELECT id, v FROM src" -c "SET max_parallel_maintenance_workers = 1" \
     -c "CREATE INDEX ON t USING navis (v)" -c "VACUUM ANALYZE t"
-  recall=$(p -c "SET enable_seqscan = off" -c "SELECT round(count(*) FILTER (WHERE EXISTS
-      (SELECT 1 FROM exact e WHERE e.qid = a.qid AND e.id = a.id)) / 1000.0, 4)
-      FROM (SELECT q.id AS qid, n.id FROM q CROSS JOIN LATERAL (SELECT id FROM t ORDER BY t.v <-> q.v LIMIT 10) n) a" | tail -1)
+  recall=$(fmnist_recall t)
   qps=$(runuser -u postgres -- "$PGBIN/pgbench" -h "$D" -p "$PORT" -n -c 1 -T "$SECONDS_EACH" \
     -f "$D/query.sql" postgres 2>/dev/null | sed -n 's/^tps = \([0-9.]*\).*/\1/p')
   [ -n "$base" ] || base=$qps

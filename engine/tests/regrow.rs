@@ -5,19 +5,17 @@
 //! - the grown index answers like a fresh build of the same rows (recall within a point);
 //! - the relation verifies, with the earlier builds' blocks retired, and a runtime copy made
 //!   afresh from the pages answers as the live one;
-//! - `rows_changed_since` sees every row inserted and deleted after a snapshot (the PostgreSQL
-//!   layer builds again when it sees any), and names them exactly: a build of the snapshot
-//!   with them applied finds every surviving row and no deleted one.
+//! - `rows_changed_since` sees every row inserted and deleted after a snapshot and names them
+//!   exactly; the snapshot the PostgreSQL layer takes again when it sees any holds exactly the
+//!   surviving rows, and a build of it finds every one of them and no deleted one.
 
 use std::path::Path;
 use std::sync::Arc;
 
 use navis_engine::dataset::{brute_force_knn, recall_at_k, synthetic_clustered};
 use navis_engine::index::regrow::{regrow_threshold, RowSnapshot};
-use navis_engine::index::{CasrSetting, Index, IndexParams};
-use navis_engine::relation::{
-    build_relation, open_index, rebuild_relation, RelationImage, StoreLog,
-};
+use navis_engine::index::{build_in_memory, CasrSetting, EdgePageFormat, Index, IndexParams};
+use navis_engine::relation::{build_relation, open_index, RelationImage, RelationWriter, StoreLog};
 use navis_engine::search::{CasrMode, SearchParams};
 use navis_engine::storage::HeapTid;
 use navis_engine::store::{FileStore, PageStore};
@@ -78,14 +76,22 @@ impl Grown {
             vectors.extend_from_slice(v);
             tids.push(*t);
         }
-        let (_, meta, page) = rebuild_relation(
-            &*self.store,
+        // As src/regrow.rs does: build in memory, append after the build in use, and switch
+        // block 0 to the new metapage last.
+        let built = build_in_memory(
             &vectors,
             &tids,
             &params(Some(DIM)),
-            7 + self.copies as u64,
+            EdgePageFormat::Relation,
             &|_, _, _| {},
             &|| false,
+        )
+        .unwrap();
+        let (meta, page) = RelationWriter::append(
+            &*self.store,
+            &built.input(),
+            built.medoid,
+            7 + self.copies as u64,
         )
         .unwrap();
         assert_eq!(meta.build_vertices as usize, tids.len());
@@ -215,7 +221,7 @@ fn grown_built(grown: &Grown) -> usize {
 }
 
 #[test]
-fn rows_changed_since_a_snapshot_are_named_exactly() {
+fn rows_changed_since_a_snapshot_are_named_and_a_new_snapshot_holds_them() {
     let n = 600;
     let data = synthetic_clustered(n, DIM, 6, 43);
     let tmp = tempfile::tempdir().unwrap();
@@ -261,15 +267,32 @@ fn rows_changed_since_a_snapshot_are_named_exactly() {
     assert!(gone.iter().all(|&r| dead(r)));
     assert_eq!(gone.len(), (0..400).filter(|&r| dead(r)).count());
     assert_eq!(changes.added.len(), (400..n).filter(|&r| !dead(r)).count());
-    let (vectors, added_tids) = old.load_rows(&mut reader, &changes.added).unwrap();
+    // What src/regrow.rs does on seeing changes: snapshot again and build from that. The new
+    // snapshot is the old one without the gone rows and with the added ones, and an index
+    // nobody changed since reports no change.
+    let again = old.snapshot_rows(&mut reader).unwrap();
     drop(reader);
+    assert!(old.rows_changed_since(&again).is_empty());
+    let mut expected: Vec<HeapTid> = snapshot
+        .tids
+        .iter()
+        .filter(|t| !changes.gone.contains(t))
+        .copied()
+        .chain(changes.added.iter().map(|&v| {
+            let at = again
+                .ids
+                .iter()
+                .position(|&w| w == v)
+                .expect("added vertex in snapshot");
+            again.tids[at]
+        }))
+        .collect();
+    let mut got = again.tids.clone();
+    expected.sort_unstable_by_key(|t| (t.block, t.offset));
+    got.sort_unstable_by_key(|t| (t.block, t.offset));
+    assert_eq!(got, expected);
 
-    let new = grown.rebuild(&snapshot, &[]);
-    new.bulk_delete(|t| changes.gone.contains(&t), &|| false)
-        .unwrap();
-    for (v, t) in vectors.chunks_exact(DIM).zip(&added_tids) {
-        insert(&new, &grown.locks, v, *t);
-    }
+    let new = grown.rebuild(&again, &[]);
     let survivors: Vec<usize> = (0..n).filter(|&r| !dead(r)).collect();
     assert_eq!(new.live_len(), survivors.len());
     let p = SearchParams {

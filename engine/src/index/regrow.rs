@@ -45,7 +45,6 @@ pub fn regrow_threshold(built: usize) -> Option<usize> {
 /// vector (unit length for cosine) and heap TID, in id order.
 #[derive(Debug, Default)]
 pub struct RowSnapshot {
-    pub dim: usize,
     pub ids: Vec<VertexId>,
     pub tids: Vec<HeapTid>,
     pub vectors: Vec<f32>,
@@ -69,10 +68,7 @@ impl Index {
     /// The index's rows as of now, read through `reader` (vector pages in id order).
     pub fn snapshot_rows(&self, reader: &mut DiskReader<'_>) -> Result<RowSnapshot, IndexError> {
         let dim = self.dim();
-        let mut snapshot = RowSnapshot {
-            dim,
-            ..RowSnapshot::default()
-        };
+        let mut snapshot = RowSnapshot::default();
         if self.is_empty() {
             return Ok(snapshot);
         }
@@ -123,25 +119,6 @@ impl Index {
             }
         }
         changes
-    }
-
-    /// The exact vectors and heap TIDs of `ids` (published, not deleted vertices), row-major.
-    pub fn load_rows(
-        &self,
-        reader: &mut DiskReader<'_>,
-        ids: &[VertexId],
-    ) -> Result<(Vec<f32>, Vec<HeapTid>), IndexError> {
-        let mut vectors = Vec::with_capacity(ids.len() * self.dim());
-        let mut tids = Vec::with_capacity(ids.len());
-        for batch in ids.chunks(SNAPSHOT_BATCH) {
-            reader.load_vectors(batch, &mut vectors, &mut tids)?;
-        }
-        if vectors.iter().any(|x| x.is_nan()) {
-            return Err(IndexError::Invalid(
-                "a row changed while writers were excluded".into(),
-            ));
-        }
-        Ok((vectors, tids))
     }
 }
 

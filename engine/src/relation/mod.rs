@@ -71,58 +71,6 @@ pub fn build_relation(
     progress: Progress,
     cancel: Cancel,
 ) -> Result<(BuildReport, Meta), IndexError> {
-    let (report, meta, _) = build_with(
-        store,
-        vectors,
-        tids,
-        params,
-        progress,
-        cancel,
-        |store, input, medoid| {
-            RelationWriter::write(store, input, medoid, build_id).map(|m| (m, Vec::new()))
-        },
-    )?;
-    Ok((report, meta))
-}
-
-/// [`build_relation`] for an online rebuild: the pages are appended after the index already
-/// in `store` ([`RelationWriter::append`]) and the new metapage is returned unwritten, with
-/// the metapage it encodes, for the caller to put into block 0 (`crate::index::regrow`).
-#[allow(clippy::too_many_arguments)]
-pub fn rebuild_relation(
-    store: &dyn PageStore,
-    vectors: &[f32],
-    tids: &[HeapTid],
-    params: &IndexParams,
-    build_id: u64,
-    progress: Progress,
-    cancel: Cancel,
-) -> Result<(BuildReport, Meta, Vec<u8>), IndexError> {
-    build_with(
-        store,
-        vectors,
-        tids,
-        params,
-        progress,
-        cancel,
-        |store, input, medoid| RelationWriter::append(store, input, medoid, build_id),
-    )
-}
-
-#[allow(clippy::too_many_arguments)]
-fn build_with(
-    store: &dyn PageStore,
-    vectors: &[f32],
-    tids: &[HeapTid],
-    params: &IndexParams,
-    progress: Progress,
-    cancel: Cancel,
-    write: impl FnOnce(
-        &dyn PageStore,
-        &crate::storage::BuildInput,
-        crate::VertexId,
-    ) -> Result<(Meta, Vec<u8>), crate::storage::StorageError>,
-) -> Result<(BuildReport, Meta, Vec<u8>), IndexError> {
     let mut built = build_in_memory(
         vectors,
         tids,
@@ -135,15 +83,14 @@ fn build_with(
     let n = tids.len() as u64;
     progress(BuildPhase::Writing, 0, n);
     let started = Instant::now();
-    let blocks_before = u64::from(store.nblocks()?);
-    let (meta, page) = write(store, &built.input(), built.medoid)?;
+    let meta = RelationWriter::write(store, &built.input(), built.medoid, build_id)?;
     progress(BuildPhase::Writing, n, n);
     report.phases.push((BuildPhase::Writing, started.elapsed()));
     report.edge_pages = built.input().placement.pages;
-    let blocks = u64::from(store.nblocks()?) - blocks_before;
+    let blocks = u64::from(store.nblocks()?);
     report.file_sizes = vec![("relation".to_string(), blocks * BLOCK_SIZE as u64)];
     report.peak_rss = peak_rss_bytes();
-    Ok((report, meta, page))
+    Ok((report, meta))
 }
 
 #[cfg(test)]
