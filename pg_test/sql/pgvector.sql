@@ -38,28 +38,25 @@ EXPLAIN (COSTS OFF) SELECT id FROM items ORDER BY embedding <=> '[0.5, 0.5, 0.0]
 PREPARE nearest(vector) AS SELECT id FROM items ORDER BY embedding <-> $1 LIMIT 5;
 EXPLAIN (COSTS OFF) EXECUTE nearest('[0.5, 0.5, 0.0]');
 EXECUTE nearest('[0.5, 0.5, 0.0]');
--- the index returns the exact top 10, in order, for each operator
-CREATE TEMP TABLE q (op text, rank bigint, id int, dist float8);
-INSERT INTO q SELECT '<->', row_number() OVER (), id, d FROM
-  (SELECT id, embedding <-> '[0.5, 0.5, 0.0]' AS d FROM items ORDER BY embedding <-> '[0.5, 0.5, 0.0]' LIMIT 10) s;
-INSERT INTO q SELECT '<#>', row_number() OVER (), id, d FROM
-  (SELECT id, embedding <#> '[0.5, 0.5, 0.0]' AS d FROM items ORDER BY embedding <#> '[0.5, 0.5, 0.0]' LIMIT 10) s;
-INSERT INTO q SELECT '<=>', row_number() OVER (), id, d FROM
-  (SELECT id, embedding <=> '[0.5, 0.5, 0.0]' AS d FROM items ORDER BY embedding <=> '[0.5, 0.5, 0.0]' LIMIT 10) s;
-SET enable_seqscan = on;
-SET enable_indexscan = off;
-CREATE TEMP TABLE exact (op text, rank bigint, id int, dist float8);
-INSERT INTO exact SELECT '<->', row_number() OVER (), id, d FROM
-  (SELECT id, embedding <-> '[0.5, 0.5, 0.0]' AS d FROM items ORDER BY embedding <-> '[0.5, 0.5, 0.0]' LIMIT 10) s;
-INSERT INTO exact SELECT '<#>', row_number() OVER (), id, d FROM
-  (SELECT id, embedding <#> '[0.5, 0.5, 0.0]' AS d FROM items ORDER BY embedding <#> '[0.5, 0.5, 0.0]' LIMIT 10) s;
-INSERT INTO exact SELECT '<=>', row_number() OVER (), id, d FROM
-  (SELECT id, embedding <=> '[0.5, 0.5, 0.0]' AS d FROM items ORDER BY embedding <=> '[0.5, 0.5, 0.0]' LIMIT 10) s;
-RESET enable_indexscan;
+-- the index returns the exact top 10, in order, for each operator: top10 ranks a table's rows
+-- by one operator through the index (exact = false) or with index scans off
+CREATE FUNCTION top10(tbl regclass, op text, query text, exact bool)
+RETURNS TABLE (rank bigint, id int, dist float8) LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM set_config('enable_indexscan', CASE WHEN exact THEN 'off' ELSE 'on' END, true);
+  PERFORM set_config('enable_seqscan', CASE WHEN exact THEN 'on' ELSE 'off' END, true);
+  RETURN QUERY EXECUTE format(
+    'SELECT row_number() OVER (), id, d FROM (SELECT id, embedding %s %L AS d FROM %s
+       ORDER BY embedding %s %L LIMIT 10) s', op, query, tbl, op, query);
+END $$;
+CREATE FUNCTION index_vs_exact(tbl regclass, ops text[], query text)
+RETURNS TABLE (op text, rows bigint, same_id_at_rank bigint, same_distances bool) LANGUAGE sql AS $$
+  SELECT o, count(*), count(*) FILTER (WHERE e.id = i.id), bool_and(abs(e.dist - i.dist) < 1e-6)
+  FROM unnest(ops) o, LATERAL top10(tbl, o, query, false) i
+  JOIN LATERAL top10(tbl, o, query, true) e USING (rank)
+  GROUP BY o ORDER BY o $$;
+SELECT * FROM index_vs_exact('items', '{<->,<#>,<=>}', '[0.5, 0.5, 0.0]');
 SET enable_seqscan = off;
-SELECT op, count(*) AS rows, count(*) FILTER (WHERE e.id = q.id) AS same_id_at_rank,
-       bool_and(abs(e.dist - q.dist) < 1e-6) AS same_distances
-FROM q JOIN exact e USING (op, rank) GROUP BY op ORDER BY op;
 -- the query must have the column's dimensions; the NULL row (401) is never returned
 SELECT id FROM items ORDER BY embedding <-> '[1, 2]' LIMIT 1;
 SELECT count(*) AS rows, count(*) FILTER (WHERE id = 401) AS null_rows
@@ -94,34 +91,12 @@ CREATE INDEX hitems_l2 ON hitems USING navis (embedding);
 CREATE INDEX hitems_ip ON hitems USING navis (embedding navis_halfvec_ip_ops);
 CREATE INDEX hitems_cos ON hitems USING navis (embedding navis_halfvec_cosine_ops);
 EXPLAIN (COSTS OFF) SELECT id FROM hitems ORDER BY embedding <-> '[0.5, 0.5, 0.0]' LIMIT 10;
-CREATE TEMP TABLE hq (op text, rank bigint, id int, dist float8);
-INSERT INTO hq SELECT '<->', row_number() OVER (), id, d FROM
-  (SELECT id, embedding <-> '[0.5, 0.5, 0.0]' AS d FROM hitems ORDER BY embedding <-> '[0.5, 0.5, 0.0]' LIMIT 10) s;
-INSERT INTO hq SELECT '<#>', row_number() OVER (), id, d FROM
-  (SELECT id, embedding <#> '[0.5, 0.5, 0.0]' AS d FROM hitems ORDER BY embedding <#> '[0.5, 0.5, 0.0]' LIMIT 10) s;
-INSERT INTO hq SELECT '<=>', row_number() OVER (), id, d FROM
-  (SELECT id, embedding <=> '[0.5, 0.5, 0.0]' AS d FROM hitems ORDER BY embedding <=> '[0.5, 0.5, 0.0]' LIMIT 10) s;
-SET enable_seqscan = on;
-SET enable_indexscan = off;
-CREATE TEMP TABLE hexact (op text, rank bigint, id int, dist float8);
-INSERT INTO hexact SELECT '<->', row_number() OVER (), id, d FROM
-  (SELECT id, embedding <-> '[0.5, 0.5, 0.0]' AS d FROM hitems ORDER BY embedding <-> '[0.5, 0.5, 0.0]' LIMIT 10) s;
-INSERT INTO hexact SELECT '<#>', row_number() OVER (), id, d FROM
-  (SELECT id, embedding <#> '[0.5, 0.5, 0.0]' AS d FROM hitems ORDER BY embedding <#> '[0.5, 0.5, 0.0]' LIMIT 10) s;
-INSERT INTO hexact SELECT '<=>', row_number() OVER (), id, d FROM
-  (SELECT id, embedding <=> '[0.5, 0.5, 0.0]' AS d FROM hitems ORDER BY embedding <=> '[0.5, 0.5, 0.0]' LIMIT 10) s;
-RESET enable_indexscan;
-SET enable_seqscan = off;
-SELECT op, count(*) AS rows, count(*) FILTER (WHERE e.id = q.id) AS same_id_at_rank,
-       bool_and(abs(e.dist - q.dist) < 1e-6) AS same_distances
-FROM hq q JOIN hexact e USING (op, rank) GROUP BY op ORDER BY op;
+SELECT * FROM index_vs_exact('hitems', '{<->,<#>,<=>}', '[0.5, 0.5, 0.0]');
 -- L1 (<+>, pgvector 0.7 and later) on vector and halfvec: the exact top 10
 CREATE INDEX items_l1 ON items USING navis (embedding navis_vector_l1_ops);
 CREATE INDEX hitems_l1 ON hitems USING navis (embedding navis_halfvec_l1_ops);
-SELECT (SELECT array_agg(id) FROM (SELECT id FROM items ORDER BY embedding <+> '[0.5, 0.5, 0.0]' LIMIT 10) a)
-     = (SELECT array_agg(id) FROM (SELECT id FROM items ORDER BY (embedding <+> '[0.5, 0.5, 0.0]') + 0, id LIMIT 10) b) AS vector_l1_exact,
-       (SELECT array_agg(id) FROM (SELECT id FROM hitems ORDER BY embedding <+> '[0.5, 0.5, 0.0]' LIMIT 10) a)
-     = (SELECT array_agg(id) FROM (SELECT id FROM hitems ORDER BY (embedding <+> '[0.5, 0.5, 0.0]') + 0, id LIMIT 10) b) AS halfvec_l1_exact;
+SELECT * FROM index_vs_exact('items', '{<+>}', '[0.5, 0.5, 0.0]');
+SELECT * FROM index_vs_exact('hitems', '{<+>}', '[0.5, 0.5, 0.0]');
 EXPLAIN (COSTS OFF) SELECT id FROM hitems ORDER BY embedding <+> '[0.5, 0.5, 0.0]' LIMIT 10;
 -- inserts, and an index over an empty halfvec table that grows by them
 INSERT INTO hitems VALUES (1000, '[0.5, 0.5, 0.0]');
