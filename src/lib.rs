@@ -28,6 +28,7 @@ mod relstore;
 mod runtime;
 mod scan;
 mod shmem;
+mod standby;
 mod stats;
 #[cfg(feature = "test_functions")]
 mod test_functions;

@@ -3,11 +3,12 @@
 //!
 //! Every access-method call finds its `OpenIndex` with [`open_index`]: block 0 (the engine's
 //! metapage) names the build; the cache is keyed by relfilenode, build, server lifetime and,
-//! on a hot standby, the generation redo has reached (`shmem::index_generation`), so a copy
-//! is used only while it matches the pages. A primary's copy is kept current by the backends
-//! that change the index (every change goes through [`PgLog`] first, then into the copy); a
-//! standby's copy is made again once redo changed the index. The first opener in a server
-//! lifetime materialises the copy from the pages; the others map it.
+//! on a hot standby, the redo generation the copy was made at. A primary's copy is kept
+//! current by the backends that change the index (every change goes through [`PgLog`] first,
+//! then into the copy); a standby's copy is brought forward to the generation redo has
+//! reached before each use (`standby.rs`), or made again from the pages when a change cannot
+//! be applied page by page. The first opener in a server lifetime materialises the copy from
+//! the pages; the others map it.
 
 use crate::errors::raise;
 use crate::guc;
@@ -242,16 +243,35 @@ pub fn open_index(index: pg_sys::Relation) -> Rc<OpenIndex> {
         build_id: meta.build_id,
         epoch: shared.epoch(),
         standby,
-        // Read before any page: a change redo applies while the copy is being made bumps it
-        // again, and the next call makes a newer copy.
+        // On a hot standby: the redo generation, read before any page. A new copy is named
+        // and synced by it; an older one is brought forward to it.
         generation: if standby {
-            shared.index_generation(&node)
+            shared.redo_changes(&node).generation()
         } else {
             0
         },
     };
-    if let Some(hit) = CACHE.with(|c| c.borrow().get(&key).cloned()) {
-        return hit;
+    let cached = CACHE.with(|c| {
+        let c = c.borrow();
+        match c.get(&key) {
+            Some(hit) => Some(hit.clone()),
+            // a standby copy of this build made at another generation
+            None if standby => c
+                .iter()
+                .find(|(k, _)| {
+                    CopyKey {
+                        generation: key.generation,
+                        ..**k
+                    } == key
+                })
+                .map(|(_, open)| open.clone()),
+            None => None,
+        }
+    });
+    if let Some(open) = cached {
+        if !standby || crate::standby::bring_forward(index, &open, &meta, shared, key.generation) {
+            return open;
+        }
     }
     let open = Rc::new(reopen(index, key, shared));
     CACHE.with(|c| {
@@ -287,8 +307,9 @@ fn reopen(
     }
     let store = Arc::new(PgBufStore::new(index));
     let fork = relstore::segment_path(index, 0);
-    let opened = navis_engine::relation::open_index(store.clone(), &fork, &dir)
-        .unwrap_or_else(|e| damaged(index, e.to_string()));
+    let opened =
+        navis_engine::relation::open_index_synced(store.clone(), &fork, &dir, key.generation)
+            .unwrap_or_else(|e| damaged(index, e.to_string()));
     if !key.standby {
         let log = PgLog::over(store.clone()).unwrap_or_else(|e| damaged(index, e.to_string()));
         opened.set_log(Arc::new(log));

@@ -331,6 +331,23 @@ pub fn read_block(rel: pg_sys::Relation, block: u32, out: &mut [u8]) {
     }
 }
 
+/// Writes `block`'s shared buffer out if one holds it and it is dirty, so that reads of the
+/// fork around shared_buffers (searches on a hot standby, where redo leaves bulk pages in
+/// buffers) see it. `FlushOneBuffer` flushes WAL (on a standby: advances
+/// `minRecoveryPoint`) first, as any buffer write does.
+pub fn flush_block(rel: pg_sys::Relation, block: u32) {
+    // SAFETY: `rel` is open; a found buffer is pinned by existing_buffer and share-locked
+    // while it is written, as FlushOneBuffer requires.
+    unsafe {
+        let node = (*rel).rd_node;
+        if let Some(buf) = existing_buffer(node, pg_sys::ForkNumber::MAIN_FORKNUM, block) {
+            pg_sys::LockBuffer(buf, pg_sys::BUFFER_LOCK_SHARE as i32);
+            pg_sys::FlushOneBuffer(buf);
+            pg_sys::UnlockReleaseBuffer(buf);
+        }
+    }
+}
+
 /// [`read_block`] on an smgr relation (redo has no relcache entry).
 ///
 /// # Safety

@@ -8,11 +8,12 @@
 //! distance operators) works without it.
 
 use crate::errors::raise_not_preloaded;
+use navis_engine::relation::changed_blocks::ChangedBlocks;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use std::ffi::CStr;
 use std::ptr;
-use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicPtr, Ordering};
 
 /// Striped locks for writers of one vertex's edge list (DESIGN.md §6): a vertex maps to
 /// stripe `vertex % VERTEX_LOCK_STRIPES`. A power of two large enough that concurrent
@@ -26,9 +27,10 @@ const ALLOCATOR_TRANCHE: &CStr = c"navis_allocator_locks";
 /// a few stores at a time, so a handful is plenty.
 pub const ALLOCATOR_LOCKS: usize = 64;
 const MAGIC: u64 = 0x4e41_5649_5353_484d; // "NAVISSHM"
-const LAYOUT_VERSION: u32 = 3;
-/// Generation counters of indexes changed by redo, by hash of the relation: a shared slot
-/// only makes a hot standby replace a copy that was still current, never keep a stale one.
+const LAYOUT_VERSION: u32 = 4;
+/// What redo changed, per index by hash of the relation (generation and changed blocks,
+/// `ChangedBlocks`): a shared slot only makes a hot standby re-read pages it did not need or
+/// replace a copy that was still current, never keep a stale one.
 pub const GENERATION_SLOTS: usize = 1024;
 
 /// The fixed-size control block at the start of navis's shared memory.
@@ -45,9 +47,10 @@ pub struct NavisShared {
     /// the first backend to open an index in a new epoch rebuilds its allocator state from
     /// the indirection table (`navis_engine::update::recover`).
     epoch: u64,
-    /// Bumped by redo of every change to an index (`index_generation`): a hot standby's
-    /// runtime copy made before the bump is stale.
-    generations: [AtomicU64; GENERATION_SLOTS],
+    /// Advanced by redo of every change to an index, with the blocks it changed: a hot
+    /// standby's runtime copy synced to an older generation is stale until brought forward
+    /// (`standby.rs`).
+    redo_changes: [ChangedBlocks; GENERATION_SLOTS],
 }
 
 /// Set in the postmaster's startup hook and inherited by every forked backend.
@@ -111,7 +114,7 @@ unsafe extern "C-unwind" fn on_shmem_startup() {
                 vertex_locks: pg_sys::GetNamedLWLockTranche(LOCK_TRANCHE.as_ptr()),
                 allocator_locks: pg_sys::GetNamedLWLockTranche(ALLOCATOR_TRANCHE.as_ptr()),
                 epoch: new_epoch(),
-                generations: [const { AtomicU64::new(0) }; GENERATION_SLOTS],
+                redo_changes: [const { ChangedBlocks::new() }; GENERATION_SLOTS],
             });
         }
         // The edge-page cache (its own named block, sized by navis.cache_size).
@@ -165,23 +168,14 @@ impl NavisShared {
         self.epoch
     }
 
-    fn generation_slot(&self, node: &pg_sys::RelFileNode) -> &AtomicU64 {
+    /// What redo changed in the index in `node` (and in any index sharing its slot) in this
+    /// server lifetime: only the startup process records into it.
+    pub fn redo_changes(&self, node: &pg_sys::RelFileNode) -> &ChangedBlocks {
         let key = (node.spcNode.to_u32() as u64) << 40
             ^ (node.dbNode.to_u32() as u64) << 20
             ^ node.relNode.to_u32() as u64;
         let i = (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize % GENERATION_SLOTS;
-        &self.generations[i]
-    }
-
-    /// How many times redo has changed the index in `node` (or another index sharing its
-    /// slot) in this server lifetime.
-    pub fn index_generation(&self, node: &pg_sys::RelFileNode) -> u64 {
-        self.generation_slot(node).load(Ordering::Acquire)
-    }
-
-    /// Called by redo after it applied a change to the index in `node`.
-    pub fn bump_index_generation(&self, node: &pg_sys::RelFileNode) {
-        self.generation_slot(node).fetch_add(1, Ordering::AcqRel);
+        &self.redo_changes[i]
     }
 }
 

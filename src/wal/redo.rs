@@ -79,6 +79,17 @@ unsafe fn redo_change(record: *mut pg_sys::XLogReaderState, data: &[u8]) {
         Err(e) => pgrx::error!("navis redo: {e}"),
     };
     let refs = super::block_refs(record);
+    // A hot standby's backends bring their runtime copies forward by the blocks redo changed
+    // (`standby.rs`): announced before any page changes, so a backend that reads a changed
+    // page finds its block on its next look; the generation advances after the pages.
+    let changes = match (crate::shmem::shared(), refs.first()) {
+        (Some(shared), Some(r)) => Some(shared.redo_changes(&r.node)),
+        _ => None,
+    };
+    if let Some(changes) = changes {
+        let blocks: Vec<u32> = refs.iter().map(|r| r.block).collect();
+        changes.announce(&blocks);
+    }
     // SAFETY: each block reference is read (or restored from its image) into a pinned,
     // exclusively locked buffer by XLogReadBufferForRedo and released here; the page is
     // BLCKSZ bytes.
@@ -117,10 +128,7 @@ unsafe fn redo_change(record: *mut pg_sys::XLogReaderState, data: &[u8]) {
             }
         }
     }
-    // A hot standby's runtime copies of this index no longer match its pages: the next scan
-    // makes a new one (`open.rs`). After the pages, so a copy made from them counts as stale
-    // until it includes this change.
-    if let (Some(shared), Some(r)) = (crate::shmem::shared(), refs.first()) {
-        shared.bump_index_generation(&r.node);
+    if let Some(changes) = changes {
+        changes.advance();
     }
 }

@@ -38,15 +38,17 @@
 //! ([`image::Allocator`]), RFC 0001 §10.
 
 pub mod apply;
+pub mod changed_blocks;
 mod image;
 mod open;
 pub mod runtime;
+pub mod standby;
 mod store_log;
 mod writer;
 
 pub use image::{Allocator, RelationImage};
 pub use open::{RelationIndex, RelationReader};
-pub use runtime::open_index;
+pub use runtime::{open_index, open_index_synced};
 pub use store_log::{map_pages, StoreLog};
 pub use writer::{RelationWriter, BATCH_BLOCKS};
 

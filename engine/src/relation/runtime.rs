@@ -37,10 +37,21 @@ pub fn open_index(
     fork: &Path,
     runtime_dir: &Path,
 ) -> Result<Index, IndexError> {
+    open_index_synced(store, fork, runtime_dir, 0)
+}
+
+/// [`open_index`] for a hot standby: a copy made here records that it is synced to redo
+/// generation `generation` (read before any page; see [`super::standby`]).
+pub fn open_index_synced(
+    store: Arc<dyn PageStore>,
+    fork: &Path,
+    runtime_dir: &Path,
+    generation: u64,
+) -> Result<Index, IndexError> {
     let image = RelationImage::read_hot(&*store, fork)?;
     let manifest = manifest_of(&image, fork)?;
     if !runtime_dir.exists() {
-        materialise(&image, &manifest, runtime_dir)?;
+        materialise(&image, &manifest, runtime_dir, generation)?;
     }
     let meta = &image.meta;
     let relation = RelationBulk {
@@ -83,11 +94,16 @@ fn manifest_of(image: &RelationImage, fork: &Path) -> Result<Manifest, StorageEr
 
 /// Writes the runtime files for `image` into a private directory beside `dir`, then renames
 /// it to `dir`. Losing the rename to another process is success.
-fn materialise(image: &RelationImage, manifest: &Manifest, dir: &Path) -> Result<(), StorageError> {
+fn materialise(
+    image: &RelationImage,
+    manifest: &Manifest,
+    dir: &Path,
+    generation: u64,
+) -> Result<(), StorageError> {
     let private = private_name(dir);
     std::fs::create_dir_all(&private)
         .map_err(|e| StorageError::io(&private, "create directory", e))?;
-    let written = write_runtime_files(image, manifest, &private);
+    let written = write_runtime_files(image, manifest, &private, generation);
     let placed = written.and_then(|()| {
         match std::fs::rename(&private, dir) {
             Ok(()) => Ok(()),
@@ -118,6 +134,7 @@ fn write_runtime_files(
     image: &RelationImage,
     manifest: &Manifest,
     dir: &Path,
+    generation: u64,
 ) -> Result<(), StorageError> {
     let capacity = manifest.indirection_capacity as usize;
     let table = IndirectionTable::create(&dir.join(names::INDIRECTION), capacity)?;
@@ -151,6 +168,7 @@ fn write_runtime_files(
         StorageError::corrupt(table.path(), "more than 4 GiB of entrance-graph promotions")
     })?;
     state.set(Field::EntranceLogBytes, promotion_bytes);
+    state.set_synced_generation(generation);
 
     write_file(
         &dir.join(names::PQ_CODEBOOK),

@@ -29,6 +29,8 @@ pub const STATE_MAGIC: u32 = u32::from_le_bytes(*b"NVST");
 const CRC_AT: usize = 12;
 const PAGE_TABLE_AT: usize = PAGE_SIZE;
 const PAGE_ENTRY: usize = 8;
+/// A u64 after the last field (`EntranceLogBytes` at 104).
+const SYNCED_GENERATION_AT: usize = 112;
 
 /// Most edge pages one index can have; the mapping reserves 16 GiB of addresses for them.
 pub const MAX_EDGE_PAGES: usize = 1 << 31;
@@ -109,10 +111,14 @@ pub enum Counter {
     /// The `Inserts` count when reachability was last restored: VACUUM of a table without
     /// deletes re-checks reachability only when inserts happened since.
     InsertsAtLastReconnect,
+    /// A hot standby's copy: times it was brought forward page by page, and the indirection
+    /// and code pages it took (`relation::standby`).
+    StandbyResyncs,
+    StandbyPagesResynced,
 }
 
 impl Counter {
-    pub const ALL: [Counter; 16] = [
+    pub const ALL: [Counter; 18] = [
         Counter::Inserts,
         Counter::InsertPagesRead,
         Counter::InsertVectorsLoaded,
@@ -129,6 +135,8 @@ impl Counter {
         Counter::OrphansLinked,
         Counter::InsertPagesInPlace,
         Counter::InsertsAtLastReconnect,
+        Counter::StandbyResyncs,
+        Counter::StandbyPagesResynced,
     ];
 
     fn offset(self) -> usize {
@@ -156,6 +164,8 @@ impl Counter {
             Counter::OrphansLinked => "orphans_linked",
             Counter::InsertPagesInPlace => "insert_pages_in_place",
             Counter::InsertsAtLastReconnect => "inserts_at_last_reconnect",
+            Counter::StandbyResyncs => "standby_resyncs",
+            Counter::StandbyPagesResynced => "standby_pages_resynced",
         }
     }
 }
@@ -268,6 +278,17 @@ impl SharedState {
     pub fn set_epoch(&self, epoch: u64) {
         self.u64_at(Field::Epoch.offset())
             .store(epoch, Ordering::Release)
+    }
+
+    /// The redo generation a hot standby's copy has been brought up to
+    /// (`relation::standby`); 0 on a primary's copy.
+    pub fn synced_generation(&self) -> u64 {
+        self.u64_at(SYNCED_GENERATION_AT).load(Ordering::Acquire)
+    }
+
+    pub fn set_synced_generation(&self, generation: u64) {
+        self.u64_at(SYNCED_GENERATION_AT)
+            .store(generation, Ordering::Release)
     }
 
     pub fn counter(&self, c: Counter) -> u64 {

@@ -20,7 +20,7 @@ pub mod write;
 pub use alloc::{recover, Recovery};
 pub use compact::{COMPACT_WHEN_OVER, MAX_ABSORBED_PAGES};
 pub use insert::{InsertParams, InsertReport};
-pub use locks::{LocalLocks, WriteLocks};
+pub use locks::{AllocatorGuard, LocalLocks, WriteLocks};
 pub use log::{EdgePageChange, IndexLog, PlacedList, SideFileLog, VectorChange};
 pub use vacuum::{BulkDeleteReport, ConsolidateReport};
 pub use verify::VerifyReport;
