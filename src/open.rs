@@ -313,16 +313,18 @@ fn reopen(
     if !key.standby {
         let log = PgLog::over(store.clone()).unwrap_or_else(|e| damaged(index, e.to_string()));
         opened.set_log(Arc::new(log));
-        // Edge pages go through the shared NAVIS-Cache, keyed by this build. Not on a hot
-        // standby: redo rewrites edge pages on disk, under any cached frame.
-        if let Some(cache) = crate::cache::shared_cache() {
-            opened
-                .files()
-                .attach_cache(navis_engine::cache::CacheBinding {
-                    cache,
-                    tag: cache_tag(key.spc, key.db, key.relfilenode, key.build_id),
-                });
-        }
+    }
+    // Edge pages go through the shared NAVIS-Cache, keyed by this build. A hot standby's
+    // copy keys them by its generation too: redo rewrote edge pages before the copy was made
+    // that no backend wrote through to the cache, so a new copy starts with no frames; from
+    // then on `standby::bring_forward` writes through every edge page redo changes, as a
+    // primary's writers do.
+    if let Some(cache) = crate::cache::shared_cache() {
+        let tag = cache_tag(key.spc, key.db, key.relfilenode, key.build_id)
+            ^ key.generation.wrapping_mul(0xD6E8_FEB8_6659_FD93);
+        opened
+            .files()
+            .attach_cache(navis_engine::cache::CacheBinding { cache, tag });
     }
     let lock_key =
         key.spc as u64 ^ (key.db as u64).rotate_left(21) ^ (key.relfilenode as u64).rotate_left(42);

@@ -208,6 +208,8 @@ fn search_params() -> (SearchParams, bool) {
         scan_memory: work_mem_kb.saturating_mul(1024),
         max_results: max_scan_tuples() as usize,
         relaxed_order: guc::ITERATIVE_SCAN.get() == guc::IterativeScan::RelaxedOrder,
+        // SAFETY: RecoveryInProgress reads shared state.
+        state_may_lag: unsafe { pg_sys::RecoveryInProgress() },
         ..SearchParams::default()
     };
     (params, guc::CASR_ENABLED.get())

@@ -7,7 +7,8 @@
 //! the index's allocator lock (a standby has no writers, so it only orders the backends that
 //! bring the copy forward: none may apply an older page after another applied a newer one),
 //! it writes out the buffers of changed edge and vector pages, which searches read from the
-//! fork, then applies changed code and indirection pages to the copy
+//! fork (and writes edge pages through to NAVIS-Cache), then applies changed code and
+//! indirection pages to the copy
 //! (`navis_engine::relation::standby`). A change it cannot apply page by page (growth of the
 //! relation's extent map, entrance-graph promotions, blocks pushed out of the ring) makes the
 //! caller build a new copy from the pages, as every change did before.
@@ -15,6 +16,7 @@
 use crate::open::OpenIndex;
 use crate::shmem::{NavisShared, PgLocks};
 use navis_engine::pages::meta::Meta;
+use navis_engine::pages::{self, PageKind};
 use navis_engine::relation::apply::Geometry;
 use navis_engine::relation::standby::{resync, role, PageRole};
 use navis_engine::update::AllocatorGuard;
@@ -81,9 +83,18 @@ pub fn bring_forward(
         }
     }
     // Searches read edge and vector pages from the fork: write out redo's buffers of them
-    // before any entry that points at them is published.
+    // before any entry that points at them is published, and write edge pages through to
+    // NAVIS-Cache as a primary's writer does (a search that read the older bytes before this
+    // can no longer admit them).
+    let cache = open.index.files().page_cache();
     for &block in &bulk {
         crate::relstore::flush_block(rel, block);
+        if let Some(cache) = cache {
+            let page = read(block);
+            if pages::kind_code(&page) == PageKind::Edge as u8 {
+                cache.cache.refresh(cache.key(pages::aux(&page)), &page);
+            }
+        }
     }
     let pages: Vec<&[u8]> = hot.iter().map(Vec::as_slice).collect();
     if resync(open.index.files(), &geometry, &pages).is_err() {

@@ -193,6 +193,11 @@ pub struct SearchParams {
     /// when an exhaustive round is cheaper than more graph passes. `INFINITY` keeps to the
     /// graph until it is dry; 0 goes exhaustive right after the first pass.
     pub sequential_page_cost: f64,
+    /// The index state may lag its edge pages (a hot standby's copy, synced to the redo
+    /// generation the scan started at while redo goes on): a list that moved away from the
+    /// slot the state names moved in a later change, so it is treated as read with no
+    /// neighbours instead of as corruption (counted in `stale_slots`).
+    pub state_may_lag: bool,
 }
 
 impl Default for SearchParams {
@@ -213,6 +218,7 @@ impl Default for SearchParams {
             max_results: usize::MAX,
             relaxed_order: false,
             sequential_page_cost: 0.25,
+            state_may_lag: false,
         }
     }
 }
