@@ -7,11 +7,10 @@
 //! the index's allocator lock (a standby has no writers, so it only orders the backends that
 //! bring the copy forward: none may apply an older page after another applied a newer one),
 //! it writes out the buffers of changed edge and vector pages, which searches read from the
-//! fork (and writes edge pages through to NAVIS-Cache), then applies changed code and
-//! indirection pages to the copy
-//! (`navis_engine::relation::standby`). A change it cannot apply page by page (growth of the
-//! relation's extent map, entrance-graph promotions, blocks pushed out of the ring) makes the
-//! caller build a new copy from the pages, as every change did before.
+//! fork (and writes edge pages through to NAVIS-Cache), then applies changed code, indirection
+//! and promotions pages to the copy (`navis_engine::relation::standby`). A change it cannot
+//! apply page by page (blob pages, which only a build writes, or blocks pushed out of the
+//! ring) makes the caller build a new copy from the pages, as every change did before.
 
 use crate::open::OpenIndex;
 use crate::shmem::{NavisShared, PgLocks};
@@ -63,7 +62,7 @@ pub fn bring_forward(
         match role(&page) {
             PageRole::Hot => hot.push(page),
             PageRole::Bulk => bulk.push(block),
-            PageRole::Empty => {}
+            PageRole::Empty | PageRole::Layout => {}
             PageRole::Structural => return false,
         }
     }
@@ -78,7 +77,7 @@ pub fn bring_forward(
             match role(&read(block)) {
                 PageRole::Bulk => bulk.push(block),
                 PageRole::Structural => return false,
-                PageRole::Hot | PageRole::Empty => {}
+                PageRole::Hot | PageRole::Empty | PageRole::Layout => {}
             }
         }
     }
@@ -97,7 +96,7 @@ pub fn bring_forward(
         }
     }
     let pages: Vec<&[u8]> = hot.iter().map(Vec::as_slice).collect();
-    if resync(open.index.files(), &geometry, &pages).is_err() {
+    if resync(&open.index, &geometry, &pages).is_err() {
         return false;
     }
     state.set_synced_generation(generation);

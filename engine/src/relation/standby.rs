@@ -8,25 +8,35 @@
 //! - code and indirection pages are copied into the copy: codes first, then entries, so no
 //!   vertex is published before its code; an entry is written only where it differs, and the
 //!   copy's counts (published, deleted, the id high-water mark) follow;
+//! - promotions pages: the records after the copy's last applied one are applied to its
+//!   shared entrance graph and appended to its `entrance.log`, as a primary's promotion does;
 //! - edge and vector pages are read by searches from the fork, not from the copy: the caller
 //!   must make sure the fork has them (write out the buffers redo left them in) before it
 //!   applies the hot pages that point at them;
-//! - any other page (metapage, extent map, blobs, promotions: growth of the relation or of
-//!   the entrance graph) changes what the copy was made from in a way it cannot absorb page by
-//!   page: the caller makes a new copy, as for a lost change.
+//! - the metapage and extent-map pages change only when the relation grows (runs are only
+//!   appended): each backend's extent map re-reads itself when a page lies beyond it, so they
+//!   need nothing here;
+//! - blob pages (codebook, entrance graph: written by a build) mean the copy must be made
+//!   again, as for a lost change.
 
 use super::apply::Geometry;
+use crate::entrance::PromotionPlan;
+use crate::index::Index;
 use crate::pages::{self, indirection, PageKind};
-use crate::storage::{Counter, Field, IndexFiles, IndirEntry, StorageError};
+use crate::pages::{PAYLOAD_OFFSET, PAYLOAD_SIZE};
+use crate::storage::{names, Counter, Field, IndexFiles, IndirEntry, StorageError};
 use crate::VertexId;
+use std::os::unix::fs::FileExt;
 
 /// What one changed page means for a copy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PageRole {
-    /// Indirection or code page: applied to the copy by [`resync`].
+    /// Indirection, code or promotions page: applied to the copy by [`resync`].
     Hot,
     /// Edge or vector page: the fork must hold it before the hot pages are applied.
     Bulk,
+    /// Metapage or extent-map page: nothing to do (extent maps refresh themselves).
+    Layout,
     /// Anything else: the copy must be made again.
     Structural,
     /// A page of no kind (a zero page): nothing to do.
@@ -39,8 +49,9 @@ pub fn role(page: &[u8]) -> PageRole {
         return PageRole::Empty;
     }
     match PageKind::from_u8(pages::kind_code(page)) {
-        Some(PageKind::Indirection | PageKind::Codes) => PageRole::Hot,
+        Some(PageKind::Indirection | PageKind::Codes | PageKind::Promotions) => PageRole::Hot,
         Some(PageKind::Edge | PageKind::Vector) => PageRole::Bulk,
+        Some(PageKind::Meta | PageKind::ExtentMap) => PageRole::Layout,
         _ => PageRole::Structural,
     }
 }
@@ -52,16 +63,21 @@ pub struct Resynced {
     pub indirection_pages: u32,
     /// Entries that differed and were written.
     pub entries: u32,
+    /// Entrance-graph promotions applied.
+    pub promotions: u32,
 }
 
 /// Applies the hot pages among `pages` (each a whole block, as [`role`] says `Hot`) to the
-/// runtime copy in `files`. Codes go in before entries. Pages that fail their check (kind,
-/// ordinal, CRC) are errors: redo wrote them whole.
+/// runtime copy of `index`. Codes go in before entries, entries before promotions (a
+/// promoted vertex is published). Pages that fail their check (kind, ordinal, CRC) are
+/// errors: redo wrote them whole. So is a promotion stream whose new records are not all on
+/// `pages`: the caller makes a new copy.
 pub fn resync(
-    files: &IndexFiles,
+    index: &Index,
     geometry: &Geometry,
     pages: &[&[u8]],
 ) -> Result<Resynced, StorageError> {
+    let files = index.files();
     let mut done = Resynced::default();
     let kind_of = |page: &[u8]| PageKind::from_u8(pages::kind_code(page));
     for page in pages.iter().filter(|p| kind_of(p) == Some(PageKind::Codes)) {
@@ -74,6 +90,15 @@ pub fn resync(
     {
         done.entries += resync_entries(files, page)?;
         done.indirection_pages += 1;
+    }
+    let mut promotions: Vec<&[u8]> = pages
+        .iter()
+        .copied()
+        .filter(|p| kind_of(p) == Some(PageKind::Promotions))
+        .collect();
+    if !promotions.is_empty() {
+        promotions.sort_by_key(|p| pages::aux(p));
+        done.promotions = resync_promotions(index, &promotions)?;
     }
     let state = files.state();
     state.count(Counter::StandbyResyncs, 1);
@@ -149,4 +174,58 @@ fn resync_entries(files: &IndexFiles, page: &[u8]) -> Result<u32, StorageError> 
         written += 1;
     }
     Ok(written)
+}
+
+/// Applies the promotion records that start at the copy's `EntranceLogBytes`: the stream
+/// from there on lies on `pages` (sorted by ordinal), which must be consecutive.
+fn resync_promotions(index: &Index, pages: &[&[u8]]) -> Result<u32, StorageError> {
+    let files = index.files();
+    let state = files.state();
+    let applied = state.get(Field::EntranceLogBytes) as u64;
+    let first = (applied / PAYLOAD_SIZE as u64) as u32;
+    let mut stream = Vec::new();
+    let mut expected = first;
+    for page in pages {
+        let ordinal = checked(page, PageKind::Promotions)?;
+        if ordinal < first {
+            continue; // an older page rewritten with the same bytes
+        }
+        if ordinal != expected {
+            return Err(StorageError::invalid(format!(
+                "promotions page {expected} did not change but records after it did"
+            )));
+        }
+        stream.extend_from_slice(&page[PAYLOAD_OFFSET..PAYLOAD_OFFSET + PAYLOAD_SIZE]);
+        expected += 1;
+    }
+    let skip = (applied - first as u64 * PAYLOAD_SIZE as u64) as usize;
+    let new = &stream[skip.min(stream.len())..];
+    let complete = pages::promotions::complete_records(new);
+    let graph = index.entrance();
+    let mut at = 0;
+    let mut count = 0;
+    while at < complete {
+        let len = u32::from_le_bytes(new[at..at + 4].try_into().expect("4 bytes")) as usize;
+        let payload = &new[at + 8..at + 8 + len];
+        let plan = PromotionPlan::from_bytes(payload)
+            .map_err(|e| StorageError::invalid(format!("entrance promotion: {e}")))?;
+        graph
+            .apply(&plan)
+            .map_err(|e| StorageError::invalid(format!("entrance promotion: {e}")))?;
+        at += 8 + len;
+        count += 1;
+    }
+    if complete > 0 {
+        // The copy's log, which a rebuild of the shared graph in this lifetime replays.
+        let path = files.dir().join(names::ENTRANCE_LOG);
+        std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .and_then(|f| f.write_all_at(&new[..complete], applied))
+            .map_err(|e| StorageError::io(&path, "write", e))?;
+        state.set(Field::EntranceLogBytes, (applied + complete as u64) as u32);
+    }
+    Ok(count)
 }
