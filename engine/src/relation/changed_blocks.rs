@@ -8,10 +8,11 @@
 //! blocks a backend needs were pushed out of it, [`ChangedBlocks::since`] says so and the
 //! backend makes a new copy, as it would without the ring.
 //!
-//! A block already in the ring is not added twice: its entry takes the newer generation.
-//! The entries are therefore not ordered by generation, and a reader takes every entry newer
-//! than its copy (including ones newer than the generation it read: re-reading a page that
-//! changed again only brings the copy further forward). Lost entries are known by
+//! A block already in the ring is not added twice: its entry takes the newer generation, and
+//! a new block replaces the entry changed longest ago, so the ring holds the last
+//! `RING_ENTRIES` distinct blocks however often some of them change. A reader takes every
+//! entry newer than its copy (including ones newer than the generation it read: re-reading a
+//! page that changed again only brings the copy further forward). Lost entries are known by
 //! `evicted`: the newest generation ever pushed out of the ring, raised before the entry is
 //! overwritten, so a reader that saw the overwrite also sees the raise.
 
@@ -27,8 +28,6 @@ pub const RING_ENTRIES: usize = 256;
 pub struct ChangedBlocks {
     /// Changes replayed so far.
     generation: AtomicU64,
-    /// Entries ever written into the ring (the next one goes to `next % RING_ENTRIES`).
-    next: AtomicU64,
     /// The newest generation of an entry pushed out of the ring (0: none yet).
     evicted: AtomicU64,
     /// Each entry: generation (low 32 bits) << 32 | block; 0 is an empty entry.
@@ -56,7 +55,6 @@ impl ChangedBlocks {
     pub const fn new() -> ChangedBlocks {
         ChangedBlocks {
             generation: AtomicU64::new(0),
-            next: AtomicU64::new(0),
             evicted: AtomicU64::new(0),
             ring: [const { AtomicU64::new(0) }; RING_ENTRIES],
         }
@@ -75,34 +73,36 @@ impl ChangedBlocks {
     /// that points at it). Single writer: only redo calls it.
     pub fn announce(&self, blocks: &[u32]) {
         let generation = self.generation.load(Ordering::Relaxed) + 1;
-        let mut next = self.next.load(Ordering::Relaxed);
         for &block in blocks {
-            let present = self.ring.iter().find(|e| {
+            // The block's own entry if it has one, else the entry changed longest ago (an
+            // empty one first): blocks that change often stay, so `evicted` only ever reaches
+            // the oldest of the last RING_ENTRIES distinct blocks.
+            let mut victim = 0;
+            let mut victim_age = 0u64;
+            let mut own = None;
+            for (i, e) in self.ring.iter().enumerate() {
                 let e = e.load(Ordering::Relaxed);
-                e != 0 && block_of(e) == block
-            });
-            match present {
-                Some(entry) => entry.store(pack(generation, block), Ordering::Release),
-                None => {
-                    let slot = &self.ring[(next % RING_ENTRIES as u64) as usize];
-                    let old = slot.load(Ordering::Relaxed);
-                    if old != 0 {
-                        // The overwritten entry's generation, in full: the newest this ring
-                        // has held that is at most `generation`.
-                        let low = (old >> 32) as u32;
-                        let full = (generation & !0xFFFF_FFFF) | low as u64;
-                        let full = if full > generation {
-                            full - (1 << 32)
-                        } else {
-                            full
-                        };
-                        self.evicted.fetch_max(full, Ordering::Release);
-                    }
-                    slot.store(pack(generation, block), Ordering::Release);
-                    next += 1;
-                    self.next.store(next, Ordering::Release);
+                if e != 0 && block_of(e) == block {
+                    own = Some(i);
+                    break;
+                }
+                let age = if e == 0 {
+                    u64::MAX
+                } else {
+                    generation.wrapping_sub((e >> 32) as u32 as u64) as u32 as u64
+                };
+                if age > victim_age || i == 0 {
+                    (victim, victim_age) = (i, age);
                 }
             }
+            let slot = &self.ring[own.unwrap_or(victim)];
+            if own.is_none() && victim_age != u64::MAX {
+                // Raised before the entry is overwritten: a reader that sees the new entry
+                // sees the raise too.
+                self.evicted
+                    .fetch_max(generation - victim_age, Ordering::Release);
+            }
+            slot.store(pack(generation, block), Ordering::Release);
         }
     }
 
@@ -191,6 +191,19 @@ mod tests {
         assert_eq!(ring.generation(), 2);
         assert_eq!(ring.since(1), Some(vec![2, 3]));
         assert_eq!(ring.since(2), Some(vec![]));
+    }
+
+    #[test]
+    fn blocks_that_change_often_are_never_evicted() {
+        let ring = ChangedBlocks::new();
+        // block 1 changes with every change, while a stream of new blocks passes by
+        for b in 0..4 * RING_ENTRIES as u32 {
+            ring.record(&[1, 1000 + b]);
+        }
+        let g = ring.generation();
+        // what was evicted is old: a copy a few changes behind needs nothing it lost
+        assert_eq!(ring.since(g - 10).map(|b| b.len()), Some(11));
+        assert!(ring.since(g - 10).unwrap().contains(&1));
     }
 
     #[test]
