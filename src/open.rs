@@ -268,12 +268,26 @@ pub fn open_index(index: pg_sys::Relation) -> Rc<OpenIndex> {
             None => None,
         }
     });
+    let had_copy = cached.is_some();
     if let Some(open) = cached {
         if !standby || crate::standby::bring_forward(index, &open, &meta, shared, key.generation) {
             return open;
         }
     }
-    let open = Rc::new(reopen(index, key, shared));
+    // A standby backend without a copy of its own takes the newest one another backend made
+    // (with its NAVIS-Cache frames and calibration) when it can bring it forward.
+    let mut key = key;
+    let mut open = None;
+    if standby && !had_copy {
+        if let Some(generation) = runtime::newest_standby_copy(&key) {
+            let older = CopyKey { generation, ..key };
+            let candidate = Rc::new(reopen(index, older, shared));
+            if crate::standby::bring_forward(index, &candidate, &meta, shared, key.generation) {
+                (key, open) = (older, Some(candidate));
+            }
+        }
+    }
+    let open = open.unwrap_or_else(|| Rc::new(reopen(index, key, shared)));
     CACHE.with(|c| {
         let mut c = c.borrow_mut();
         // Other builds, lifetimes and generations of this relfilenode are never used again.

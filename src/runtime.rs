@@ -62,6 +62,24 @@ fn parse(name: &str) -> Option<(u32, u32, u32, u64)> {
     Some((spc, db, rel, epoch))
 }
 
+/// The generation of the newest hot-standby copy of `key`'s relation, build and lifetime that
+/// exists (made by any backend) and is not newer than `key`'s, if there is one.
+pub fn newest_standby_copy(key: &CopyKey) -> Option<u64> {
+    let prefix = format!(
+        "{}_{}_{}_{:016x}_{:016x}_s",
+        key.spc, key.db, key.relfilenode, key.build_id, key.epoch
+    );
+    fs::read_dir(ROOT)
+        .ok()?
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            name.strip_prefix(&prefix)?.parse::<u64>().ok()
+        })
+        .filter(|&g| g <= key.generation)
+        .max()
+}
+
 /// Path of a relation's main fork, relative to the data directory.
 fn main_fork(spc: u32, db: u32, rel: u32) -> PathBuf {
     // SAFETY: GetRelationPath formats a path from plain OIDs into a palloc'd string, which is

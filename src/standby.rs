@@ -100,5 +100,9 @@ pub fn bring_forward(
         return false;
     }
     state.set_synced_generation(generation);
+    // A copy in use stays young: `runtime::sweep` removes a relation's other copies once
+    // their directory is 10 s old, and a new backend may be about to open this one.
+    let _ =
+        std::fs::File::open(&open.dir).and_then(|d| d.set_modified(std::time::SystemTime::now()));
     true
 }

@@ -190,10 +190,11 @@ fn navis_verify(
         name!(details, Vec<String>),
     ),
 > {
-    // A hot standby has no writers to hold off (and allows no SHARE lock): its copy only
-    // changes by being replaced, which a running check does not see.
+    // A hot standby has no writers to hold off (and allows no SHARE lock): its copy changes
+    // only when a scan brings it forward, under the allocator lock, which the check holds.
     // SAFETY: reads shared recovery state.
-    let mode = if unsafe { pg_sys::RecoveryInProgress() } {
+    let standby = unsafe { pg_sys::RecoveryInProgress() };
+    let mode = if standby {
         pg_sys::AccessShareLock
     } else {
         pg_sys::ShareLock
@@ -201,7 +202,18 @@ fn navis_verify(
     let row = with_index_locked(index.oid(), mode as pg_sys::LOCKMODE, |rel| {
         let open = open::open_index(rel);
         let _bound = open.bind(rel);
-        let r = open.index.verify().unwrap_or_else(|e| {
+        let checked = if standby {
+            // Brought forward page by page, the copy's entries moved without its allocator
+            // state (free lists, live counts), which the check compares: derive it again.
+            let locks = open.locks();
+            let _held = navis_engine::update::AllocatorGuard::lock(&locks);
+            navis_engine::update::rederive_allocator(open.index.files())
+                .map_err(|e| e.to_string())
+                .and_then(|_| open.index.verify().map_err(|e| e.to_string()))
+        } else {
+            open.index.verify().map_err(|e| e.to_string())
+        };
+        let r = checked.unwrap_or_else(|e| {
             raise(
                 PgSqlErrorCode::ERRCODE_IO_ERROR,
                 format!(

@@ -148,6 +148,23 @@ pub fn recover(
     if state.epoch() == epoch {
         return Ok(Recovery::default());
     }
+    let report = derive_allocator(files)?;
+    // The shared entrance graph is volatile: rebuild it for this server lifetime.
+    super::promote::rebuild_shared_entrance(files, epoch)?;
+    state.set_epoch(epoch);
+    Ok(report)
+}
+
+/// Re-derives the allocator state (free lists, live counts per page, published and deleted
+/// counts) from the indirection table, as [`recover`] does for a new server lifetime; for a
+/// copy whose entries changed without the allocator (a hot standby's, brought forward page
+/// by page). The caller holds the allocator lock.
+pub fn rederive_allocator(files: &IndexFiles) -> Result<Recovery, StorageError> {
+    derive_allocator(files)
+}
+
+fn derive_allocator(files: &IndexFiles) -> Result<Recovery, StorageError> {
+    let state = files.state();
     let indirection = files.indirection();
     let edge_pages = files.bulk().edge_page_count()?;
     let next_vertex = (state.get(Field::NextVertex) as usize).min(indirection.capacity());
@@ -196,8 +213,5 @@ pub fn recover(
     state.set(Field::Deleted, report.deleted);
     report.free_vertices = free_ids.len() as u32;
     report.free_pages = state.get(Field::FreePageCount);
-    // The shared entrance graph is volatile: rebuild it for this server lifetime.
-    super::promote::rebuild_shared_entrance(files, epoch)?;
-    state.set_epoch(epoch);
     Ok(report)
 }

@@ -17,7 +17,7 @@ mod vectors;
 pub mod verify;
 pub mod write;
 
-pub use alloc::{recover, Recovery};
+pub use alloc::{recover, rederive_allocator, Recovery};
 pub use compact::{COMPACT_WHEN_OVER, MAX_ABSORBED_PAGES};
 pub use insert::{InsertParams, InsertReport};
 pub use locks::{AllocatorGuard, LocalLocks, WriteLocks};
