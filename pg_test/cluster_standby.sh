@@ -12,7 +12,9 @@
 # its copy and the edge pages it wrote through to NAVIS-Cache hold the primary's graph.
 test_standby_scans_while_the_primary_inserts() {
   local sdir=/tmp/navis-clustertest-standby2 sport=54334
-  standby_start "$DIR" "$PORT" "$sdir" "$sport" "shared_preload_libraries = 'navis'"
+  # hot_standby_feedback: the session's DO block holds one snapshot for its whole run, which
+  # the primary's pruning of the deleted rows would otherwise cancel ("conflict with recovery")
+  standby_start "$DIR" "$PORT" "$sdir" "$sport" "shared_preload_libraries = 'navis'" "hot_standby_feedback = on"
   sql -c "CREATE TABLE live (id int PRIMARY KEY, v real[])" -c "CREATE TABLE live_done (x int)"
   load_fmnist live 1 1500
   sql -c "CREATE INDEX live_v ON live USING navis (v) WITH (max_degree = 32, build_list = 64)"

@@ -25,11 +25,10 @@
 //! payload), so `pg_waldump` shows the relation and block of every page, `wal_compression`
 //! applies and `pg_rewind` sees the changed blocks.
 //!
-//! Redo, for each reference: restore the image (`RestoreBlockImage`), stamp the record's end
-//! LSN and the checksum, `XLogFlush` that LSN (in recovery this advances `minRecoveryPoint`, as
-//! `FlushBuffer` does, so a restarted standby never opens with bulk pages newer than its
-//! consistent point), then `smgrextend` (zero-filling any gap) or `smgrwrite`. Applied
-//! unconditionally: the image is the whole page, so replay repairs a torn write.
+//! Redo, for each reference: `XLogReadBufferForRedo` restores the image into its buffer, as for
+//! any full-page image (`redo.rs` says why bulk pages stay in shared_buffers during redo, and
+//! how hot-standby readers, which read bulk pages from the fork, get them written out first).
+//! Applied unconditionally: the image is the whole page, so replay repairs a torn write.
 
 /// `xl_info` high nibble of a zero-extension record.
 pub const XLOG_NAVIS_EXTEND: u8 = 0x10;
