@@ -72,3 +72,52 @@ test_standby_scans_while_the_primary_inserts() {
   [ "${inherited:-0}" -ge "$resyncs" ] || { fail standby_scans_while_the_primary_inserts "a new connection's copy has standby_resyncs '$inherited', the session's had $resyncs: it made its own"; return; }
   echo "ok       standby_scans_while_the_primary_inserts ($runs scans on the standby during 800 single-row inserts and 8 deletes: every scan returned every row of its snapshot ($first..$last rows); $counters; top-10 of 50 queries then equal to the primary's; caught up: $s; a new connection reuses the copy)"
 }
+
+# Failover: a hot standby whose backends brought their copy forward (and wrote edge pages
+# through to NAVIS-Cache) while the primary inserted is promoted, then takes inserts and a
+# DELETE + VACUUM itself. Every row is still returned by an unbounded scan, navis_verify
+# finds no problem, and recall@10 of 50 queries against exact search holds.
+test_promoted_standby_takes_writes() {
+  local sdir=/tmp/navis-clustertest-standby3 sport=54335
+  standby_start "$DIR" "$PORT" "$sdir" "$sport" "shared_preload_libraries = 'navis'"
+  sql -c "CREATE TABLE fo (id int PRIMARY KEY, v real[])"
+  load_fmnist fo 1 1500
+  sql -c "CREATE INDEX fo_v ON fo USING navis (v) WITH (max_degree = 32, build_list = 64)"
+  standby_catch_up "$DIR" "$PORT" "$sdir" "$sport"
+  local s; s() { cluster_psql "$sdir" "$sport" -v ON_ERROR_STOP=1 -At "$@"; }
+  local probe="SET enable_seqscan = off; SELECT count(*) FROM (SELECT id FROM fo ORDER BY v <-> (SELECT v FROM fm_src WHERE id = 9003) LIMIT 10) x"
+  # one standby session keeps scanning while the primary inserts, so its copy is brought
+  # forward and its NAVIS-Cache frames written through
+  ( for id in $(seq 1501 1800); do sql -c "INSERT INTO fo SELECT id, v FROM fm_src WHERE id = $id"; done ) >/dev/null 2>&1 &
+  local ins=$!
+  s -c "DO \$\$ BEGIN FOR i IN 1..300 LOOP PERFORM count(*) FROM (SELECT id FROM fo ORDER BY v <-> (SELECT v FROM fm_src WHERE id = 9000 + i % 50) LIMIT 10) x; PERFORM pg_sleep(0.01); END LOOP; END \$\$" >/dev/null
+  wait "$ins"
+  # the primary goes on changing the index after the standby's last scan, then stops
+  sql -c "INSERT INTO fo SELECT id, v FROM fm_src WHERE id BETWEEN 1801 AND 1900"
+  standby_catch_up "$DIR" "$PORT" "$sdir" "$sport"
+  cluster_stop "$DIR"
+  runuser -u postgres -- "$PGBIN/pg_ctl" -D "$sdir/data" -w promote >/dev/null
+  local out
+  out=$(s -c "INSERT INTO fo SELECT id, v FROM fm_src WHERE id BETWEEN 1901 AND 2300" \
+          -c "DELETE FROM fo WHERE id % 7 = 0" -c "VACUUM fo" \
+          -c "SELECT clean::text || ' ' || problems || ' ' || unreachable FROM navis_verify('fo_v')" \
+          -c "SET enable_seqscan = off" -c "SET navis.iterative_scan = relaxed_order" -c "SET navis.max_scan_tuples = 1000000" \
+          -c "SELECT (SELECT count(*) FROM (SELECT id FROM fo ORDER BY v <-> (SELECT v FROM fm_src WHERE id = 9004)) x) || ' of ' || (SELECT count(*) FROM fo)" \
+          -c "SET navis.iterative_scan = strict_order" \
+          -c "SELECT round(count(*)::numeric / 500, 3) FROM (SELECT id, v FROM fm_src WHERE id BETWEEN 9001 AND 9050) q,
+                LATERAL (SELECT id FROM fo ORDER BY v <-> q.v LIMIT 10) a
+              WHERE a.id IN (SELECT id FROM (SELECT id, v FROM fo) e ORDER BY e.v <-> q.v LIMIT 10)" 2>&1 || true)
+  cluster_stop "$sdir"
+  # the shared test cluster was stopped for the failover: start it again for later tests
+  runuser -u postgres -- env -u RUST_BACKTRACE "$PGBIN/pg_ctl" -D "$DIR/data" -l "$DIR/server.log" -w start >/dev/null
+  local verify rows recall
+  verify=$(sed -n 1p <<<"$out"); rows=$(sed -n 2p <<<"$out"); recall=$(sed -n 3p <<<"$out")
+  local total; total=$(awk '{print $3}' <<<"$rows")
+  if [ "$(awk '{print $1, $2}' <<<"$verify")" != "true 0" ] || [ -z "$total" ] ||
+     [ "$(awk '{print $1}' <<<"$rows")" != "$total" ] || [ "$total" -lt 1900 ] ||
+     ! awk -v r="$recall" 'BEGIN { exit !(r >= 0.9) }'; then
+    fail promoted_standby_takes_writes "after promotion: verify '$verify', unbounded scan '$rows', recall '$recall'; output: ${out:0:300}"
+    return
+  fi
+  echo "ok       promoted_standby_takes_writes (standby scanned during 300 inserts, 100 more replayed, promoted; then 400 inserts, DELETE of a seventh, VACUUM: navis_verify clean/problems/unreachable '$verify', unbounded scan $rows rows, recall@10 $recall)"
+}

@@ -334,8 +334,12 @@ fn reopen(
     // then on `standby::bring_forward` writes through every edge page redo changes, as a
     // primary's writers do.
     if let Some(cache) = crate::cache::shared_cache() {
-        let tag = cache_tag(key.spc, key.db, key.relfilenode, key.build_id)
-            ^ key.generation.wrapping_mul(0xD6E8_FEB8_6659_FD93);
+        let mut tag = cache_tag(key.spc, key.db, key.relfilenode, key.build_id);
+        if key.standby {
+            // Never a primary's tag: after promotion the primary copy must not find frames
+            // that missed the changes replayed after the standby copy's last bring-forward.
+            tag ^= (key.generation ^ 0x5354_414e_4442_5900).wrapping_mul(0xD6E8_FEB8_6659_FD93);
+        }
         opened
             .files()
             .attach_cache(navis_engine::cache::CacheBinding { cache, tag });
