@@ -112,8 +112,7 @@ impl ChangedBlocks {
         self.generation.store(generation, Ordering::Release);
     }
 
-    /// [`ChangedBlocks::announce`] and [`ChangedBlocks::advance`] at once (the tests' writer).
-    #[cfg(test)]
+    /// [`ChangedBlocks::announce`] and [`ChangedBlocks::advance`] at once.
     pub fn record(&self, blocks: &[u32]) {
         self.announce(blocks);
         self.advance();
