@@ -48,7 +48,7 @@ pub fn open_index_synced(
     runtime_dir: &Path,
     generation: u64,
 ) -> Result<Index, IndexError> {
-    let image = RelationImage::read_hot(&*store, fork)?;
+    let image = read_hot_settled(&*store, fork)?;
     let manifest = manifest_of(&image, fork)?;
     if !runtime_dir.exists() {
         materialise(&image, &manifest, runtime_dir, generation)?;
@@ -63,6 +63,22 @@ pub fn open_index_synced(
         segments: Default::default(),
     };
     Index::from_files(IndexFiles::open_relation(runtime_dir, manifest, relation)?)
+}
+
+/// [`RelationImage::read_hot`], read again when it fails: a concurrent insert can grow the
+/// relation between the read of its layout and of its entries (an entry then names an edge
+/// page beyond the layout that was read). Real damage fails every try.
+fn read_hot_settled(store: &dyn PageStore, fork: &Path) -> Result<RelationImage, StorageError> {
+    let mut tries = 0u64;
+    loop {
+        match RelationImage::read_hot(store, fork) {
+            Err(_) if tries < 4 => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(5 * tries));
+            }
+            read => return read,
+        }
+    }
 }
 
 /// The side-file manifest an open relation index presents to the engine: geometry and
