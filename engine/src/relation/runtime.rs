@@ -18,6 +18,8 @@ use crate::entrance::shared::SharedEntrance;
 use crate::entrance::EntranceGraph;
 use crate::index::{Index, IndexError};
 use crate::pages::edge::EdgeLayout;
+use crate::pages::extent::ExtentMap;
+use crate::pages::meta::Meta;
 use crate::pages::vector::VectorPages;
 use crate::pages::PageKind;
 use crate::storage::blob::{self, BlobKind};
@@ -48,45 +50,81 @@ pub fn open_index_synced(
     runtime_dir: &Path,
     generation: u64,
 ) -> Result<Index, IndexError> {
-    let image = read_hot_settled(&*store, fork)?;
-    let manifest = manifest_of(&image, fork)?;
-    if !runtime_dir.exists() {
-        materialise(&image, &manifest, runtime_dir, generation)?;
-    }
-    let meta = &image.meta;
+    let (meta, extent_map, ids) = read_or_make_copy(&*store, fork, runtime_dir, generation)?;
+    let manifest = manifest_of(&meta, &extent_map, ids, fork)?;
     let relation = RelationBulk {
         store,
         fork: fork.to_path_buf(),
         edges: EdgeLayout::new(meta.max_degree as usize)?,
         vectors: VectorPages::new(meta.dim as usize)?,
-        map: RwLock::new(image.extent_map),
+        map: RwLock::new(extent_map),
         segments: Default::default(),
     };
     Index::from_files(IndexFiles::open_relation(runtime_dir, manifest, relation)?)
 }
 
-/// [`RelationImage::read_hot`], read again when it fails: a concurrent insert can grow the
-/// relation between the read of its layout and of its entries (an entry then names an edge
-/// page beyond the layout that was read). Real damage fails every try.
-fn read_hot_settled(store: &dyn PageStore, fork: &Path) -> Result<RelationImage, StorageError> {
+/// The layout (metapage, extent map) and id count an open starts from. With a copy in
+/// `runtime_dir` already, only the layout is read: the copy's files are current (its writers
+/// keep them so), and reading the hot pages would race with those writers, whose growth can
+/// land between the read of the extent map and of the entries (an entry then names an edge
+/// page beyond the map read). Without one, the hot pages are read and the copy made from
+/// them. A read that fails is tried again (up to 4 more times, 5-20 ms apart), taking the
+/// layout path as soon as another backend has placed a copy: even the layout read races with
+/// growth (the relation's length is read before the extent map). Real damage fails every try.
+fn read_or_make_copy(
+    store: &dyn PageStore,
+    fork: &Path,
+    runtime_dir: &Path,
+    generation: u64,
+) -> Result<(Meta, ExtentMap, usize), StorageError> {
     let mut tries = 0u64;
     loop {
-        match RelationImage::read_hot(store, fork) {
+        let read = if runtime_dir.join(names::STATE).exists() {
+            RelationImage::read_layout(store, fork).map(|(meta, map)| {
+                let ids = meta.build_vertices as usize;
+                (meta, map, ids, None)
+            })
+        } else {
+            RelationImage::read_hot(store, fork).map(|image| {
+                let ids = image.entries.len();
+                (
+                    image.meta.clone(),
+                    image.extent_map.clone(),
+                    ids,
+                    Some(image),
+                )
+            })
+        };
+        match read {
+            Ok((meta, map, ids, Some(image))) => {
+                let manifest = manifest_of(&meta, &map, ids, fork)?;
+                materialise(&image, &manifest, runtime_dir, generation)?;
+                return Ok((meta, map, ids));
+            }
+            Ok((meta, map, ids, None)) => return Ok((meta, map, ids)),
+            // The layout read can race too: the relation's length is read before the extent
+            // map, which a writer may have grown in between.
             Err(_) if tries < 4 => {
                 tries += 1;
                 std::thread::sleep(std::time::Duration::from_millis(5 * tries));
             }
-            read => return read,
+            Err(e) => return Err(e),
         }
     }
 }
 
 /// The side-file manifest an open relation index presents to the engine: geometry and
-/// build parameters from the metapage, counts from the decoded pages.
-fn manifest_of(image: &RelationImage, fork: &Path) -> Result<Manifest, StorageError> {
-    let meta = &image.meta;
+/// build parameters from the metapage, edge pages from the extent map, `ids` vertex ids
+/// (the decoded entries when the copy is made here; the build's vertices when an existing
+/// copy is mapped, whose own files hold the current count: the relation layout reads
+/// neither field after the open).
+fn manifest_of(
+    meta: &Meta,
+    extent_map: &ExtentMap,
+    ids: usize,
+    fork: &Path,
+) -> Result<Manifest, StorageError> {
     let edges = EdgeLayout::new(meta.max_degree as usize)?;
-    let ids = image.entries.len();
     if ids >= crate::storage::indirection::MAX_VERTICES {
         return Err(StorageError::corrupt(
             fork,
@@ -100,7 +138,7 @@ fn manifest_of(image: &RelationImage, fork: &Path) -> Result<Manifest, StorageEr
         pq_bytes: meta.pq_bytes,
         vertex_count: meta.build_vertices,
         slots_per_page: edges.slots_per_page() as u32,
-        edge_pages: image.extent_map.capacity(PageKind::Edge),
+        edge_pages: extent_map.capacity(PageKind::Edge),
         vector_slots: ids as u32,
         indirection_capacity: IndirectionTable::capacity_for(ids) as u32,
         medoid: meta.medoid,
