@@ -57,22 +57,28 @@ pub fn write(page: &mut [u8], ordinal: u32, offset: u64, bytes: &[u8]) {
     page[dst..dst + src.len()].copy_from_slice(&bytes[src]);
 }
 
-/// The payload bytes of the pages of a stream, concatenated, cut after its last complete
-/// record with a matching CRC. Returns that length.
-pub fn complete_records(stream: &[u8]) -> usize {
+/// The records at the start of `stream` (the payload bytes of the pages, concatenated), in
+/// order, up to the first that is incomplete, empty or fails its CRC: each one's payload and
+/// the stream bytes it takes, header included. The one parser of the stream: the image's
+/// check, a server start's replay and a hot standby's resync all walk it.
+pub fn records(stream: &[u8]) -> impl Iterator<Item = (&[u8], usize)> {
     let mut at = 0usize;
-    while at + RECORD_HEADER <= stream.len() {
-        let len = u32::from_le_bytes(stream[at..at + 4].try_into().expect("4 bytes")) as usize;
-        let crc = u32::from_le_bytes(stream[at + 4..at + 8].try_into().expect("4 bytes"));
-        let Some(payload) = stream.get(at + RECORD_HEADER..at + RECORD_HEADER + len) else {
-            break;
-        };
+    std::iter::from_fn(move || {
+        let header = stream.get(at..at + RECORD_HEADER)?;
+        let len = u32::from_le_bytes(header[0..4].try_into().expect("4 bytes")) as usize;
+        let crc = u32::from_le_bytes(header[4..8].try_into().expect("4 bytes"));
+        let payload = stream.get(at + RECORD_HEADER..at + RECORD_HEADER + len)?;
         if len == 0 || crc32(payload) != crc {
-            break;
+            return None;
         }
         at += RECORD_HEADER + len;
-    }
-    at
+        Some((payload, RECORD_HEADER + len))
+    })
+}
+
+/// The length of `stream` cut after its last complete record with a matching CRC.
+pub fn complete_records(stream: &[u8]) -> usize {
+    records(stream).map(|(_, taken)| taken).sum()
 }
 
 /// One record in the stream's format: header, then `payload`.

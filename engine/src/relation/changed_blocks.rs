@@ -112,7 +112,8 @@ impl ChangedBlocks {
         self.generation.store(generation, Ordering::Release);
     }
 
-    /// [`ChangedBlocks::announce`] and [`ChangedBlocks::advance`] at once.
+    /// [`ChangedBlocks::announce`] and [`ChangedBlocks::advance`] at once (the tests' writer).
+    #[cfg(test)]
     pub fn record(&self, blocks: &[u32]) {
         self.announce(blocks);
         self.advance();

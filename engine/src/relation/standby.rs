@@ -24,9 +24,8 @@ use crate::entrance::PromotionPlan;
 use crate::index::Index;
 use crate::pages::{self, indirection, PageKind};
 use crate::pages::{PAYLOAD_OFFSET, PAYLOAD_SIZE};
-use crate::storage::{names, Counter, Field, IndexFiles, IndirEntry, StorageError};
+use crate::storage::{Counter, Field, IndexFiles, IndirEntry, StorageError};
 use crate::VertexId;
-use std::os::unix::fs::FileExt;
 
 /// What one changed page means for a copy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -200,31 +199,20 @@ fn resync_promotions(index: &Index, pages: &[&[u8]]) -> Result<u32, StorageError
     }
     let skip = (applied - first as u64 * PAYLOAD_SIZE as u64) as usize;
     let new = &stream[skip.min(stream.len())..];
-    let complete = pages::promotions::complete_records(new);
     let graph = index.entrance();
-    let mut at = 0;
+    let mut complete = 0;
     let mut count = 0;
-    while at < complete {
-        let len = u32::from_le_bytes(new[at..at + 4].try_into().expect("4 bytes")) as usize;
-        let payload = &new[at + 8..at + 8 + len];
+    for (payload, taken) in pages::promotions::records(new) {
         let plan = PromotionPlan::from_bytes(payload)
             .map_err(|e| StorageError::invalid(format!("entrance promotion: {e}")))?;
         graph
             .apply(&plan)
             .map_err(|e| StorageError::invalid(format!("entrance promotion: {e}")))?;
-        at += 8 + len;
+        complete += taken;
         count += 1;
     }
     if complete > 0 {
-        // The copy's log, which a rebuild of the shared graph in this lifetime replays.
-        let path = files.dir().join(names::ENTRANCE_LOG);
-        std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .and_then(|f| f.write_all_at(&new[..complete], applied))
-            .map_err(|e| StorageError::io(&path, "write", e))?;
+        crate::update::promote::write_entrance_log(files, applied, &new[..complete])?;
         state.set(Field::EntranceLogBytes, (applied + complete as u64) as u32);
     }
     Ok(count)

@@ -23,7 +23,7 @@ use crate::entrance::{plan_view, EntranceGraph, PromotionPlan};
 use crate::index::{Index, IndexError};
 use crate::storage::names;
 use crate::storage::state::Field;
-use crate::storage::{crc32, IndexFiles, StorageError};
+use crate::storage::{IndexFiles, StorageError};
 use crate::VertexId;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
@@ -46,22 +46,14 @@ pub fn apply_log(log: &Path, from: u64, to: u64, graph: &mut EntranceGraph) -> u
 /// fails its CRC or cannot be applied. Returns the bytes applied.
 pub fn apply_records(bytes: &[u8], graph: &mut EntranceGraph) -> usize {
     let mut at = 0usize;
-    while at + 8 <= bytes.len() {
-        let len = u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes")) as usize;
-        let crc = u32::from_le_bytes(bytes[at + 4..at + 8].try_into().expect("4 bytes"));
-        let Some(payload) = bytes.get(at + 8..at + 8 + len) else {
-            break;
-        };
-        if crc32(payload) != crc {
-            break;
-        }
+    for (payload, taken) in crate::pages::promotions::records(bytes) {
         let applied = PromotionPlan::from_bytes(payload)
             .ok()
             .and_then(|plan| graph.apply_promotion(plan).ok());
         if applied.is_none() {
             break;
         }
-        at += 8 + len;
+        at += taken;
     }
     at
 }
@@ -92,11 +84,7 @@ impl Index {
         }
         let plan = plan_view(&*graph, v, vector, e_ent, e_pos)
             .map_err(|e| IndexError::Invalid(format!("entrance promotion: {e}")))?;
-        let payload = plan.to_bytes();
-        let mut record = Vec::with_capacity(payload.len() + 8);
-        record.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-        record.extend_from_slice(&crc32(&payload).to_le_bytes());
-        record.extend_from_slice(&payload);
+        let record = crate::pages::promotions::record(&plan.to_bytes());
         let state = self.files().state();
         let offset = state.get(Field::EntranceLogBytes) as u64;
         let end = offset + record.len() as u64;
@@ -104,16 +92,7 @@ impl Index {
             return Ok(false); // the log is full; the graph simply stops growing
         }
         log.promote(offset, &record)?;
-        // The runtime copy of the promotions, which every rebuild of the shared graph in this
-        // server lifetime replays (for a side directory it is the durable log too).
-        let path = self.dir().join(names::ENTRANCE_LOG);
-        std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .and_then(|f| f.write_all_at(&record, offset))
-            .map_err(|e| StorageError::io(&path, "write", e))?;
+        write_entrance_log(self.files(), offset, &record)?;
         // Applied before the log length counts the record: a failed apply leaves the record
         // uncounted, so a rebuild replays exactly what the shared graph holds.
         graph
@@ -122,6 +101,24 @@ impl Index {
         state.set(Field::EntranceLogBytes, end as u32);
         Ok(true)
     }
+}
+
+/// Writes promotion records at byte `offset` of the copy's `entrance.log`: the runtime copy
+/// of the promotions, which every rebuild of the shared graph in this server lifetime
+/// replays (for a side directory it is the durable log too).
+pub fn write_entrance_log(
+    files: &IndexFiles,
+    offset: u64,
+    records: &[u8],
+) -> Result<(), StorageError> {
+    let path = files.dir().join(names::ENTRANCE_LOG);
+    std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .and_then(|f| f.write_all_at(records, offset))
+        .map_err(|e| StorageError::io(&path, "write", e))
 }
 
 /// Rebuilds `entrance.shm` from the durable files for server lifetime `epoch`: the build's
