@@ -43,7 +43,8 @@
 //! worker threads never see the callbacks (they are not `Sync`), so a PostgreSQL caller
 //! can run CHECK_FOR_INTERRUPTS and progress updates from them safely.
 //!
-//! With `threads = 1` the build is deterministic for a given seed.
+//! With `threads = 1` the build is deterministic for a given seed; graphs below
+//! [`SINGLE_THREAD_BELOW`] vertices always use one thread.
 
 use std::fmt;
 use std::sync::atomic::{AtomicU16, AtomicU32, AtomicUsize, Ordering};
@@ -251,6 +252,13 @@ pub fn build_vamana_with_stats(
     )
 }
 
+/// Graphs of fewer vertices are built on one thread: it takes well under a second, and is
+/// deterministic. Several threads can lose a back edge (module comment), which in a small graph
+/// can leave a vertex without an in-edge: growing.sql's 300-row index of 8-d rows (rebuilt at
+/// 256 rows with 3 threads) answered 29 of 30 queries exactly in a loaded CI run and 30 in
+/// six idle runs; tiny indexes are promised exact answers.
+pub const SINGLE_THREAD_BELOW: usize = 1024;
+
 /// [`build_vamana_with_stats`] with a choice of build distances.
 pub fn build_vamana_using(
     data: &[f32],
@@ -276,7 +284,11 @@ pub fn build_vamana_using(
     let mut rng = ChaCha8Rng::seed_from_u64(params.seed);
     let medoid = find_medoid(data, dim);
     let builder = Builder::new(data, dim, metric, params, medoid, distances);
-    let threads = params.threads.min(n);
+    let threads = if n < SINGLE_THREAD_BELOW {
+        1
+    } else {
+        params.threads.min(n)
+    };
     let mut scratches: Vec<WorkerScratch> = (0..threads).map(|_| WorkerScratch::new(n)).collect();
     let mut order: Vec<VertexId> = (0..n as VertexId).collect();
     let total = n as u64;
@@ -876,17 +888,25 @@ mod tests {
     fn degree_bound_connectivity_and_invariants() {
         let (n, dim) = (3000, 16);
         let data = clustered(n, dim, 30, 3);
-        let g = build(&data, dim, &params(12, 32, 2));
-        g.validate(12).unwrap();
-        assert!(g.max_out_degree() <= 12);
-        assert_eq!(
-            g.reachable_from_medoid(),
-            n,
-            "every vertex reachable from the medoid"
-        );
-        assert_eq!(g.medoid, find_medoid(&data, dim));
-        // Pruning should leave most vertices well connected, not a sparse skeleton.
-        assert!(g.edge_count() >= n * 4, "only {} edges", g.edge_count());
+        for threads in [1, 2] {
+            let g = build(&data, dim, &params(12, 32, threads));
+            g.validate(12).unwrap();
+            assert!(g.max_out_degree() <= 12);
+            // One thread is deterministic and reaches every vertex. Two threads can lose a
+            // back edge another thread added between a list's copy-out and its write-back
+            // (module comment), which on a rare interleaving leaves a vertex without an
+            // in-edge (VACUUM reconnects such vertices; navis_verify allows 3 after a
+            // build): it failed once on a loaded machine (0 of 60 runs alone).
+            let reachable = g.reachable_from_medoid();
+            let allowed = if threads == 1 { 0 } else { 3 };
+            assert!(
+                reachable + allowed >= n,
+                "{threads} threads: {reachable} of {n} reachable from the medoid"
+            );
+            assert_eq!(g.medoid, find_medoid(&data, dim));
+            // Pruning should leave most vertices well connected, not a sparse skeleton.
+            assert!(g.edge_count() >= n * 4, "only {} edges", g.edge_count());
+        }
     }
 
     #[test]
