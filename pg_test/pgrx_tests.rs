@@ -286,15 +286,16 @@ fn bulk_pages_are_logged_and_read_back_with_o_direct() {
         assert!(ok, "block {blkno} fails PostgreSQL's page verification");
     }
 
-    // pg_walinspect reads only flushed WAL, and this transaction has not committed. (CHANGE
-    // records in the window come from the PgLog test, which pgrx runs in parallel.)
+    // pg_walinspect reads only flushed WAL, and this transaction has not committed. pgrx runs
+    // tests in parallel, so the window holds other tests' records too: only this
+    // transaction's count (the build assigned it an xid).
     // SAFETY: flushing WAL up to the current insert position is always allowed.
     unsafe { pg_sys::XLogFlush(pg_sys::GetXLogInsertRecPtr()) };
     let records: Vec<(String, String)> = Spi::connect(|c| {
         c.select(
             &format!(
                 "SELECT record_type, description || ' | ' || block_ref FROM pg_get_wal_records_info('{start_lsn}', pg_current_wal_flush_lsn())
-                 WHERE resource_manager = 'navis' AND record_type <> 'CHANGE' ORDER BY start_lsn"
+                 WHERE resource_manager = 'navis' AND record_type <> 'CHANGE' AND xid = pg_current_xact_id()::xid ORDER BY start_lsn"
             ),
             None,
             &[],
@@ -368,7 +369,7 @@ fn page_store_writes_a_private_relation_through_wal() {
         c.select(
             &format!(
                 "SELECT record_type || ': ' || description FROM pg_get_wal_records_info('{start_lsn}', pg_current_wal_flush_lsn())
-                 WHERE resource_manager = 'navis' AND record_type <> 'CHANGE' ORDER BY start_lsn"
+                 WHERE resource_manager = 'navis' AND record_type <> 'CHANGE' AND xid = pg_current_xact_id()::xid ORDER BY start_lsn"
             ),
             None,
             &[],
@@ -444,7 +445,7 @@ fn relation_build_through_pg_store_and_its_wal_volume() {
             .select(
                 &format!(
                     "SELECT count(*)::int8, sum(record_length)::int8 FROM pg_get_wal_records_info('{start_lsn}', pg_current_wal_flush_lsn())
-                     WHERE resource_manager = 'navis' AND record_type <> 'CHANGE'"
+                     WHERE resource_manager = 'navis' AND record_type <> 'CHANGE' AND xid = pg_current_xact_id()::xid"
                 ),
                 None,
                 &[],
