@@ -6,6 +6,8 @@
 # Counts and ratios only: nothing here is timed.
 #
 #   bash benchmarks/pg/grow.sh [ROWS] [MAINTENANCE_WORK_MEM]   (defaults 60000, 64MB)
+#   DATA=benchmarks/data/minilm-30k bash benchmarks/pg/grow.sh 30000 64MB
+#     (an .fbin set instead: the first ROWS rows of base.fbin, the first 100 of query.fbin)
 #
 # Install the release build first (cargo pgrx install --release). Output: a markdown table.
 set -euo pipefail
@@ -22,7 +24,18 @@ trap 'cluster_stop "$D"' EXIT
 p() { cluster_psql "$D" "$PORT" -v ON_ERROR_STOP=1 -At "$@"; }
 p -c "CREATE EXTENSION navis"
 source "$ROOT/benchmarks/pg/fmnist.sh"
-fmnist_tables src "$ROWS"
+if [ -n "${DATA:-}" ]; then
+  python3 "$ROOT/scripts/fbin_copy.py" "$DATA/base.fbin" "$ROWS" |
+    p -c "CREATE TABLE src (id int PRIMARY KEY, v real[]); COPY src FROM STDIN"
+  python3 "$ROOT/scripts/fbin_copy.py" "$DATA/query.fbin" 100 |
+    p -c "CREATE TABLE q (id int, v real[]); COPY q FROM STDIN"
+  p -c "VACUUM ANALYZE src" -c "SET enable_indexscan = off" \
+    -c "CREATE TABLE exact AS SELECT q.id AS qid, n.id FROM q CROSS JOIN LATERAL (SELECT id FROM src ORDER BY src.v <-> q.v LIMIT 10) n"
+  NAME=$(basename "$DATA")
+else
+  fmnist_tables src "$ROWS"
+  NAME=Fashion-MNIST
+fi
 
 p -c "CREATE TABLE grown (id int PRIMARY KEY, v real[])" -c "CREATE INDEX grown_v ON grown USING navis (v)"
 for ((lo = 1; lo <= ROWS; lo += BATCH)); do
@@ -30,7 +43,7 @@ for ((lo = 1; lo <= ROWS; lo += BATCH)); do
 done
 p -c "CREATE TABLE fresh AS SELECT id, v FROM src" -c "CREATE INDEX fresh_v ON fresh USING navis (v)"
 
-echo "$ROWS Fashion-MNIST rows, maintenance_work_mem $MEM, inserted in batches of $BATCH into an empty index vs CREATE INDEX"
+echo "$ROWS $NAME rows, maintenance_work_mem $MEM, inserted in batches of $BATCH into an empty index vs CREATE INDEX"
 echo
 header="| index | built_rows | relation MiB | retired MiB |"
 sep="|---|---|---|---|"
