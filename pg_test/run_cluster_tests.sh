@@ -639,6 +639,7 @@ source pg_test/cluster_dump.sh
 source pg_test/cluster_wait_events.sh
 source pg_test/cluster_standby.sh
 source pg_test/cluster_fdw.sh
+source pg_test/cluster_build.sh
 
 # The cluster tests use two test-only SQL functions (src/test_functions.rs) as well.
 export PATH="${HOME:-/root}/.cargo/bin:$PATH"

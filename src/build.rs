@@ -2,7 +2,9 @@
 //! into the index's own relation (RFC 0001 §7).
 //!
 //! Steps: scan the heap (rows checked as they arrive, memory bounded by
-//! `maintenance_work_mem`); `navis_engine::relation::build_relation` with
+//! `maintenance_work_mem`: once the rows outgrow an in-memory build they go to a spool file
+//! in `base/pgsql_tmp`, and the build becomes the memory-bounded one,
+//! `navis_engine::relation::build_relation_partitioned`, RFC 0005); `build_relation` with
 //! `max_parallel_maintenance_workers + 1` compute threads, progress reported to
 //! `pg_stat_progress_create_index` and cancellation polled through `InterruptPending`; its
 //! pages go into the new relfilenode through [`PgStore`] as `BULK_IMAGES` records, the
@@ -15,8 +17,10 @@ use crate::errors::raise;
 use crate::options::BuildOptions;
 use crate::pgstore::PgStore;
 use crate::shmem;
+use navis_engine::index::partitioned::PartitionPlan;
+use navis_engine::index::spool::RowSpool;
 use navis_engine::index::{BuildPhase, IndexError, IndexParams};
-use navis_engine::relation::build_relation;
+use navis_engine::relation::{build_relation, build_relation_partitioned};
 use navis_engine::storage::HeapTid;
 use navis_engine::store::PageStore;
 use navis_engine::Metric;
@@ -28,15 +32,16 @@ use std::ffi::CStr;
 /// Sub-phase numbers shown in `pg_stat_progress_create_index.phase` (1 is PostgreSQL's
 /// "initializing").
 const PHASE_SCAN: i64 = 2;
-/// After the engine's phases (3..=8): rows beyond maintenance_work_mem inserted.
-const PHASE_INSERT: i64 = 9;
-const ENGINE_PHASES: [BuildPhase; 6] = [
+/// The engine's phases, numbered from 3 in this order (partitioning last, so the numbers
+/// of the others did not change when it came).
+const ENGINE_PHASES: [BuildPhase; 7] = [
     BuildPhase::Sampling,
     BuildPhase::PqTraining,
     BuildPhase::GraphBuild,
     BuildPhase::Placement,
     BuildPhase::Entrance,
     BuildPhase::Writing,
+    BuildPhase::Partitioning,
 ];
 
 fn phase_number(p: BuildPhase) -> i64 {
@@ -54,7 +59,7 @@ pub unsafe extern "C-unwind" fn ambuildphasename(phase: i64) -> *mut std::ffi::c
         6 => c"placing edge lists",
         7 => c"building entrance graph",
         8 => c"writing index pages",
-        9 => c"inserting rows beyond maintenance_work_mem",
+        9 => c"partitioning rows (memory-bounded build)",
         _ => return std::ptr::null_mut(),
     };
     name.as_ptr() as *mut _
@@ -69,11 +74,6 @@ fn progress(param: u32, value: i64) {
 pub fn index_metric(index: pg_sys::Relation) -> Metric {
     crate::am::index_metric(index)
 }
-
-/// An in-memory build of fewer rows than this would train PQ and lay out the graph from too
-/// few rows for the rows inserted after it: below the memory such a build needs, CREATE
-/// INDEX fails and says how much maintenance_work_mem it needs (README, "floor").
-pub const MIN_IN_MEMORY_ROWS: usize = 1000;
 
 /// What sizes the in-memory part of a build: the index options and the thread count.
 #[derive(Clone, Copy)]
@@ -172,17 +172,60 @@ pub(crate) fn rows_in_memory(options: &BuildOptions, dim: usize) -> usize {
     Sizing::of(options).rows_in_memory(dim)
 }
 
-/// Rows collected by the build scan: the first ones that fit in maintenance_work_mem; the
-/// others are only counted, and inserted after the build (`build_insert.rs`).
+/// Rows collected by the build scan: in memory while an in-memory build of them fits in
+/// maintenance_work_mem, then all of them in a spool file (the heap TIDs stay in memory).
 struct BuildScan {
     rows: RowReader,
     sizing: Sizing,
+    metric: Metric,
     /// How many rows the in-memory build takes, once the first row gave the dimension.
     in_memory: Option<usize>,
     vectors: Vec<f32>,
     tids: Vec<HeapTid>,
-    /// Rows read past `in_memory`.
-    beyond: u64,
+    spool: Option<RowSpool>,
+}
+
+impl BuildScan {
+    /// Moves the rows collected so far into a new spool file, which takes every later row.
+    fn start_spool(&mut self, dim: usize) -> &mut RowSpool {
+        let name = format!(
+            "pgsql_tmp_navis_build_{}_{:016x}",
+            std::process::id(),
+            new_build_id()
+        );
+        let mut spool = RowSpool::create(std::path::Path::new(SPOOL_DIR), &name, dim, self.metric)
+            .unwrap_or_else(|e| {
+                raise(
+                    PgSqlErrorCode::ERRCODE_IO_ERROR,
+                    format!(
+                        "navis: could not create the build's spool file {SPOOL_DIR}/{name}: {e}"
+                    ),
+                    None,
+                )
+            });
+        for row in self.vectors.chunks_exact(dim) {
+            spool_push(&mut spool, row);
+        }
+        self.vectors = Vec::new();
+        self.spool.insert(spool)
+    }
+}
+
+/// Where a memory-bounded build keeps its spool and list files: PostgreSQL's temporary-file
+/// directory of the default tablespace, whose `pgsql_tmp*` files a restart removes.
+const SPOOL_DIR: &str = "base/pgsql_tmp";
+
+fn spool_push(spool: &mut RowSpool, row: &[f32]) {
+    if let Err(e) = spool.push(row) {
+        raise(
+            PgSqlErrorCode::ERRCODE_IO_ERROR,
+            format!(
+                "navis: could not spool a row of the build to {}: {e}",
+                spool.path().display()
+            ),
+            None,
+        )
+    }
 }
 
 #[pg_guard]
@@ -208,35 +251,34 @@ unsafe extern "C-unwind" fn build_callback(
     let in_memory = *state
         .in_memory
         .get_or_insert_with(|| sizing.rows_in_memory(dim));
-    if state.tids.len() >= in_memory {
-        if in_memory < MIN_IN_MEMORY_ROWS {
-            below_floor(&sizing, dim);
-        }
-        state.beyond += 1;
-    } else {
-        state.vectors.extend_from_slice(&v);
-        state.tids.push(tid);
+    if state.spool.is_none() && state.tids.len() >= in_memory {
+        state.start_spool(dim);
     }
+    match state.spool.as_mut() {
+        Some(spool) => spool_push(spool, &v),
+        None => state.vectors.extend_from_slice(&v),
+    }
+    state.tids.push(tid);
     progress(
         pg_sys::PROGRESS_CREATEIDX_TUPLES_DONE,
-        state.tids.len() as i64 + state.beyond as i64,
+        state.tids.len() as i64,
     );
 }
 
-fn below_floor(sizing: &Sizing, dim: usize) -> ! {
-    let need = sizing.bytes_for(MIN_IN_MEMORY_ROWS, dim);
-    let suggestion = need.div_ceil(1 << 20).next_multiple_of(16);
+/// The ERROR of a memory-bounded build whose budget is below its floor.
+fn below_floor(sizing: &Sizing, n: usize, dim: usize, floor: u64) -> ! {
+    let suggestion = (floor + floor / 4).div_ceil(1 << 20);
     raise(
         PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
         format!(
-            "maintenance_work_mem ({} kB) is below what a navis build of {dim}-dimensional rows needs: \
-             an in-memory build of {MIN_IN_MEMORY_ROWS} rows takes about {} MB",
+            "maintenance_work_mem ({} kB) is below what a navis build of {n} rows of {dim} \
+             dimensions needs: about {} MB",
             sizing.budget / 1024,
-            need.div_ceil(1 << 20)
+            floor.div_ceil(1 << 20)
         ),
         Some(&format!(
             "Raise maintenance_work_mem for this session (SET maintenance_work_mem = '{suggestion}MB'), \
-             or lower max_degree or pq_bytes."
+             or lower max_degree or build_list."
         )),
     )
 }
@@ -272,10 +314,11 @@ pub unsafe extern "C-unwind" fn ambuild(
     let mut scan = BuildScan {
         rows: RowReader::new(input, metric),
         sizing,
+        metric,
         in_memory: None,
         vectors: Vec::new(),
         tids: Vec::new(),
-        beyond: 0,
+        spool: None,
     };
     // Heap tuples the scan considered, whether indexed or not (NULLs, zero vectors, rows a
     // partial index's predicate leaves out): PostgreSQL sets the table's reltuples from it,
@@ -287,25 +330,36 @@ pub unsafe extern "C-unwind" fn ambuild(
         options.validate_for(dim);
     }
     let n = scan.tids.len();
-    progress(
-        pg_sys::PROGRESS_CREATEIDX_TUPLES_TOTAL,
-        n as i64 + scan.beyond as i64,
-    );
-    if scan.beyond > 0 {
-        pgrx::notice!(
-            "navis: maintenance_work_mem ({} kB) holds {n} of the {} rows of this index; \
-             building from them and inserting the other {} (slower; about {} MB of \
-             maintenance_work_mem would build all of them in memory)",
-            budget / 1024,
-            n as u64 + scan.beyond,
-            scan.beyond,
-            sizing
-                .bytes_for(n + scan.beyond as usize, dim.unwrap_or(1))
-                .div_ceil(1 << 20)
-        );
-    }
-
+    progress(pg_sys::PROGRESS_CREATEIDX_TUPLES_TOTAL, n as i64);
     let params = index_params(index, &options, dim);
+    let plan = scan.spool.as_mut().map(|spool| {
+        if let Err(e) = spool.finish() {
+            raise(
+                PgSqlErrorCode::ERRCODE_IO_ERROR,
+                format!(
+                    "navis: could not write the build's spool file {}: {e}",
+                    spool.path().display()
+                ),
+                None,
+            )
+        }
+        let dim = spool.dim();
+        let plan = PartitionPlan::new(n, dim, &params, budget).unwrap_or_else(|_| {
+            below_floor(&sizing, n, dim, PartitionPlan::floor(n, dim, &params))
+        });
+        pgrx::notice!(
+            "navis: maintenance_work_mem ({} kB) holds an in-memory build of {} of the {n} rows \
+             of this index; building it in about {} overlapping partitions of at most {} rows and \
+             merging them (memory-bounded build; about {} MB of maintenance_work_mem would \
+             build it in one piece)",
+            budget / 1024,
+            scan.in_memory.unwrap_or(0),
+            plan.partitions,
+            plan.partition_rows,
+            sizing.bytes_for(n, dim).div_ceil(1 << 20)
+        );
+        plan
+    });
 
     let store = PgStore::for_new_relation(index).unwrap_or_else(|e| {
         raise(
@@ -315,38 +369,56 @@ pub unsafe extern "C-unwind" fn ambuild(
         )
     });
     let on_progress = |phase: BuildPhase, done: u64, total: u64| {
-        // Runs on the calling thread only (engine contract), so it may call PostgreSQL.
-        progress(pg_sys::PROGRESS_CREATEIDX_SUBPHASE, phase_number(phase));
-        progress(pg_sys::PROGRESS_CREATEIDX_TUPLES_TOTAL, total as i64);
-        progress(pg_sys::PROGRESS_CREATEIDX_TUPLES_DONE, done as i64);
+        // Runs on the calling thread only (engine contract), so it may call PostgreSQL. One
+        // update of the three, so that a reader never sees one phase's count against
+        // another's total.
+        let params = [
+            pg_sys::PROGRESS_CREATEIDX_SUBPHASE as i32,
+            pg_sys::PROGRESS_CREATEIDX_TUPLES_TOTAL as i32,
+            pg_sys::PROGRESS_CREATEIDX_TUPLES_DONE as i32,
+        ];
+        let values = [phase_number(phase), total as i64, done.min(total) as i64];
+        // SAFETY: two arrays of three, in the backend that runs CREATE INDEX.
+        unsafe { pg_sys::pgstat_progress_update_multi_param(3, params.as_ptr(), values.as_ptr()) };
     };
     let cancel = interrupt_pending;
-    let result = build_relation(
-        &store,
-        &scan.vectors,
-        &scan.tids,
-        &params,
-        new_build_id(),
-        &on_progress,
-        &cancel,
-    )
+    let build_id = new_build_id();
+    let result = match (&scan.spool, plan) {
+        (Some(spool), Some(_)) => build_relation_partitioned(
+            &store,
+            spool,
+            &scan.tids,
+            &params,
+            build_id,
+            &on_progress,
+            &cancel,
+        )
+        .map(|(report, meta, _)| (report, meta)),
+        _ => build_relation(
+            &store,
+            &scan.vectors,
+            &scan.tids,
+            &params,
+            build_id,
+            &on_progress,
+            &cancel,
+        ),
+    }
     .and_then(|built| store.sync().map(|()| built).map_err(IndexError::from));
     drop(std::mem::take(&mut scan.vectors));
+    // The spool and list files go now, whatever happened.
+    drop(scan.spool.take());
     // A failed build leaves pages in the relation; the transaction aborts and PostgreSQL
     // removes the relfilenode, so there is nothing to undo here.
     if let Err(e) = result {
         build_failed(e);
-    }
-    if scan.beyond > 0 {
-        progress(pg_sys::PROGRESS_CREATEIDX_SUBPHASE, PHASE_INSERT);
-        crate::build_insert::insert_beyond(heap, index, index_info, input, metric, scan.tids);
     }
 
     // SAFETY: alloc0 returns a zeroed IndexBuildResult in the current memory context, which
     // is what ambuild must hand back to PostgreSQL.
     let mut result = unsafe { PgBox::<pg_sys::IndexBuildResult>::alloc0() };
     result.heap_tuples = heap_tuples;
-    result.index_tuples = n as f64 + scan.beyond as f64;
+    result.index_tuples = n as f64;
     result.into_pg()
 }
 

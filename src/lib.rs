@@ -8,7 +8,6 @@ use pgrx::prelude::*;
 
 mod am;
 mod build;
-mod build_insert;
 mod build_rows;
 mod cache;
 mod cost;

@@ -1,7 +1,7 @@
 -- Builds under any maintenance_work_mem (issue 14, part 2): when the rows do not fit, navis
--- builds from the ones that do and inserts the rest, says so in a NOTICE, and the index
--- answers like one built in memory. Below the floor (an in-memory build of 1,000 rows) the
--- build fails with the amount to set.
+-- spools them to a temporary file, builds overlapping partitions one at a time and merges
+-- them (RFC 0005), says so in a NOTICE, and the index answers like one built in memory.
+-- Below the floor (partitions of 1,000 rows) the build fails with the amount to set.
 CREATE EXTENSION navis;
 SELECT setseed(0.5);
 -- 10,000 random 3-d vectors at 4MB (the issue's case; an in-memory build needs about 9 MB)
@@ -25,7 +25,7 @@ CREATE TEMP TABLE approx AS SELECT q.qid, n.id FROM q CROSS JOIN LATERAL (SELECT
 SELECT count(*) FILTER (WHERE EXISTS (SELECT 1 FROM exact e WHERE e.qid = a.qid AND e.id = a.id)) / 500.0 >= 0.99 AS recall_at_least_099
 FROM approx a;
 RESET enable_seqscan;
--- 64-d rows at 2MB: about half are built in memory, the rest inserted
+-- 64-d rows at 2MB: partitions of about half the rows
 CREATE TABLE mid (id int PRIMARY KEY, v real[]);
 INSERT INTO mid SELECT i, (SELECT array_agg(sin(i * j) + (i % 13) / 5.0)::real[] FROM generate_series(1, 64) j) FROM generate_series(1, 3000) i;
 SET maintenance_work_mem = '2MB';
@@ -34,6 +34,8 @@ CREATE INDEX mid_v ON mid USING navis (v);
 \set VERBOSITY default
 RESET maintenance_work_mem;
 SELECT vertices FROM navis_index_stats('mid_v');
+-- the spool and list files are gone
+SELECT count(*) AS spool_files_left FROM pg_ls_tmpdir() WHERE name LIKE 'pgsql_tmp_navis_build%';
 SELECT problems, unreachable <= 3 AS few_unreachable FROM navis_verify('mid_v');
 SET enable_seqscan = off;
 -- every row finds itself
@@ -46,3 +48,13 @@ INSERT INTO wide SELECT i, array_fill(i::real, ARRAY[1536]) FROM generate_series
 SET maintenance_work_mem = '1MB';
 CREATE INDEX wide_v ON wide USING navis (v);
 RESET maintenance_work_mem;
+-- the setting the hint names is enough
+SET maintenance_work_mem = '5MB';
+\set VERBOSITY terse
+CREATE INDEX wide_v ON wide USING navis (v);
+\set VERBOSITY default
+RESET maintenance_work_mem;
+SELECT vertices FROM navis_index_stats('wide_v');
+SET enable_seqscan = off;
+SELECT array_agg(id ORDER BY v <-> array_fill(7.2::real, ARRAY[1536])) FROM (SELECT id, v FROM wide ORDER BY v <-> array_fill(7.2::real, ARRAY[1536]) LIMIT 3) s;
+RESET enable_seqscan;

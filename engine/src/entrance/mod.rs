@@ -489,20 +489,44 @@ impl EntranceGraph {
     ) -> Result<EntranceGraph, EntranceError> {
         check_params(params)?;
         let n = data.len().checked_div(dim).unwrap_or(0);
-        let mut local = HashMap::with_capacity(ids.len());
         let mut vectors = Vec::with_capacity(ids.len() * dim);
-        for (i, &g) in ids.iter().enumerate() {
+        for &g in &ids {
             if g as usize >= n {
                 return Err(EntranceError::Invalid(format!(
                     "sample id {g} is not below {n}"
                 )));
             }
+            vectors.extend_from_slice(row(data, dim, g));
+        }
+        EntranceGraph::build_from_gathered(ids, vectors, dim, metric, params, control)
+    }
+
+    /// [`EntranceGraph::build_from_ids`] with the sample's vectors already gathered:
+    /// `vectors` holds row `ids[i]` at position `i`. A memory-bounded build reads them from
+    /// its spool instead of holding every row.
+    pub fn build_from_gathered(
+        ids: Vec<VertexId>,
+        vectors: Vec<f32>,
+        dim: usize,
+        metric: Metric,
+        params: &EntranceParams,
+        control: &BuildControl,
+    ) -> Result<EntranceGraph, EntranceError> {
+        check_params(params)?;
+        if vectors.len() != ids.len() * dim {
+            return Err(EntranceError::Invalid(format!(
+                "{} values for {} sample vectors of {dim} dimensions",
+                vectors.len(),
+                ids.len()
+            )));
+        }
+        let mut local = HashMap::with_capacity(ids.len());
+        for (i, &g) in ids.iter().enumerate() {
             if local.insert(g, i as u32).is_some() {
                 return Err(EntranceError::Invalid(format!(
                     "sample id {g} appears twice"
                 )));
             }
-            vectors.extend_from_slice(row(data, dim, g));
         }
         let vamana = VamanaParams {
             max_degree: params.max_degree,

@@ -119,7 +119,7 @@ pub fn estimate_build_memory_detailed(
 
 /// The training sample's values plus, per concurrently trained subspace (one per thread),
 /// a label and a distance per row.
-fn pq_training_bytes(n: usize, dim: usize, threads: u64) -> u64 {
+pub(crate) fn pq_training_bytes(n: usize, dim: usize, threads: u64) -> u64 {
     let rows = n.min(DEFAULT_TRAINING_SAMPLE) as u64;
     rows * dim as u64 * 4 + threads * rows * 8
 }
@@ -167,8 +167,13 @@ pub fn per_thread_buffers(build_list: usize, max_degree: usize) -> u64 {
     candidates + explored + pool + prune + neighbours + 8 * ALLOC_OVERHEAD
 }
 
-fn entrance_bytes(n: usize, dim: usize) -> u64 {
-    let sampled = (n as f64 * ENTRANCE_RATIO).ceil() as u64;
+pub(crate) fn entrance_bytes(n: usize, dim: usize) -> u64 {
+    entrance_member_bytes((n as f64 * ENTRANCE_RATIO).ceil() as usize, dim)
+}
+
+/// An entrance graph of `sampled` members of `dim` dimensions.
+pub(crate) fn entrance_member_bytes(sampled: usize, dim: usize) -> u64 {
+    let sampled = sampled as u64;
     // Vector, list with slack, global id, and a hash-map entry (id pair plus control byte,
     // at a load factor of 7/8).
     // Flat lists and finished lists both, as the copy between them is bounded by their sum.
@@ -198,11 +203,21 @@ pub fn rows_within_budget(
         estimate_build_memory_detailed(n, dim, max_degree, pq_bytes, build_list, threads).total()
             + n as u64 * row_overhead
     };
-    if need(1) > budget {
+    // Each row costs at least its floats, so the answer is below budget / (4 dim).
+    most_within(
+        budget,
+        (budget / (4 * dim.max(1) as u64)) as usize + 2,
+        need,
+    )
+}
+
+/// The largest `n` below `too_many` whose `need(n)`, growing with `n`, is within `budget`
+/// (0 when not even 1 is): a binary search.
+pub(crate) fn most_within(budget: u64, too_many: usize, need: impl Fn(usize) -> u64) -> usize {
+    if too_many <= 1 || need(1) > budget {
         return 0;
     }
-    // Each row costs at least its floats, so the answer is below budget / (4 dim).
-    let (mut fits, mut too_many) = (1usize, (budget / (4 * dim.max(1) as u64)) as usize + 2);
+    let (mut fits, mut too_many) = (1usize, too_many);
     while too_many - fits > 1 {
         let mid = fits + (too_many - fits) / 2;
         if need(mid) <= budget {
@@ -212,6 +227,40 @@ pub fn rows_within_budget(
         }
     }
     fits
+}
+
+/// Peak bytes of a graph build alone over `n` vectors: the vectors, and the larger of the
+/// graph build (adjacency, 8-bit codes, scratch) and the copy into the finished lists. What
+/// one partition of a memory-bounded build holds (`crate::index::partitioned`): PQ training,
+/// placement and the entrance graph happen once, outside the partitions.
+pub fn graph_build_bytes(
+    n: usize,
+    dim: usize,
+    max_degree: usize,
+    build_list: usize,
+    threads: usize,
+) -> u64 {
+    let m = estimate_build_memory_detailed(n, dim, max_degree, 0, build_list, threads);
+    let graph_build = m.adjacency + m.build_codes + m.scratch;
+    let copy_out = m.adjacency + m.graph_copy;
+    // After the copy the finished lists stay beside the vectors while they are spooled.
+    m.vectors + graph_build.max(copy_out).max(m.graph)
+}
+
+/// The most rows whose [`graph_build_bytes`] fit in `budget` (0 when not one does).
+pub fn graph_rows_within(
+    budget: u64,
+    dim: usize,
+    max_degree: usize,
+    build_list: usize,
+    threads: usize,
+) -> usize {
+    let need = |n: usize| graph_build_bytes(n, dim, max_degree, build_list, threads);
+    most_within(
+        budget,
+        (budget / (4 * dim.max(1) as u64)) as usize + 2,
+        need,
+    )
 }
 
 /// Ok when `estimate` fits in `budget` bytes; otherwise a message saying how much is needed

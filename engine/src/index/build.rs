@@ -88,7 +88,19 @@ impl IndexParams {
             .unwrap_or((dim / 4).clamp(dim.min(MIN_PQ_SUBSPACES), 128))
     }
 
-    fn validate(&self, dim: usize) -> Result<(), IndexError> {
+    /// The main graph's build parameters (the in-memory build's, and each partition's of a
+    /// memory-bounded build).
+    pub(super) fn vamana(&self) -> VamanaParams {
+        VamanaParams {
+            max_degree: self.max_degree,
+            build_list: self.build_list,
+            alpha: self.alpha,
+            seed: self.seed,
+            threads: self.threads,
+        }
+    }
+
+    pub(super) fn validate(&self, dim: usize) -> Result<(), IndexError> {
         let bad = |m: String| Err(IndexError::Invalid(m));
         let pq = self.pq_bytes_for(dim);
         if pq == 0 || pq > dim {
@@ -118,6 +130,8 @@ impl IndexParams {
 pub enum BuildPhase {
     Sampling,
     PqTraining,
+    /// A memory-bounded build's assignment of rows to partitions.
+    Partitioning,
     GraphBuild,
     Placement,
     Entrance,
@@ -129,6 +143,7 @@ impl BuildPhase {
         match self {
             BuildPhase::Sampling => "sampling",
             BuildPhase::PqTraining => "PQ training",
+            BuildPhase::Partitioning => "partitioning",
             BuildPhase::GraphBuild => "graph build",
             BuildPhase::Placement => "placement",
             BuildPhase::Entrance => "entrance graph",
@@ -324,13 +339,7 @@ pub fn build_in_memory<'a>(
 
     // One Vamana pass reports one unit per inserted vertex.
     clock.start(BuildPhase::GraphBuild, n as u64);
-    let vamana = VamanaParams {
-        max_degree: params.max_degree,
-        build_list: params.build_list,
-        alpha: params.alpha,
-        seed: params.seed,
-        threads: params.threads,
-    };
+    let vamana = params.vamana();
     let report_graph = |done: u64, total: u64| progress(BuildPhase::GraphBuild, done, total);
     let control = BuildControl {
         progress: Some(&report_graph),
@@ -447,7 +456,7 @@ pub(super) fn entrance_sample(n: usize, ratio: f32, seed: u64) -> Vec<VertexId> 
     ids
 }
 
-fn train_pq(
+pub(super) fn train_pq(
     data: &[f32],
     dim: usize,
     n: usize,
@@ -481,7 +490,20 @@ fn build_entrance(
     params: &IndexParams,
     control: &BuildControl,
 ) -> Result<EntranceGraph, IndexError> {
-    let entrance = EntranceParams {
+    EntranceGraph::build_from_ids(
+        ids,
+        data,
+        dim,
+        params.metric,
+        &entrance_params(params),
+        control,
+    )
+    .map_err(entrance_error)
+}
+
+/// The entrance graph's build parameters for an index built with `params`.
+pub(super) fn entrance_params(params: &IndexParams) -> EntranceParams {
+    EntranceParams {
         ratio: params.entrance_ratio as f64,
         min_size: 1,
         max_degree: params.entrance_degree,
@@ -489,13 +511,14 @@ fn build_entrance(
         alpha: params.alpha,
         seed: params.seed ^ 0x656e_7472,
         threads: params.threads,
-    };
-    EntranceGraph::build_from_ids(ids, data, dim, params.metric, &entrance, control).map_err(|e| {
-        match e {
-            EntranceError::Build(BuildError::Cancelled) => IndexError::Cancelled,
-            other => IndexError::Invalid(other.to_string()),
-        }
-    })
+    }
+}
+
+pub(super) fn entrance_error(e: EntranceError) -> IndexError {
+    match e {
+        EntranceError::Build(BuildError::Cancelled) => IndexError::Cancelled,
+        other => IndexError::Invalid(other.to_string()),
+    }
 }
 
 fn place(

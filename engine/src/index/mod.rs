@@ -34,13 +34,17 @@
 //! The module's files, one job each: `build` (the phases and their report), `opened`
 //! ([`Index`]: an opened index and its search entry points), `reader` ([`DiskReader`]: one
 //! thread's reads of the index's files), `error` ([`IndexError`]), `regrow` (when an index
-//! rebuilds itself from its own rows, and the snapshot and changes such a rebuild uses).
+//! rebuilds itself from its own rows, and the snapshot and changes such a rebuild uses),
+//! `partitioned` (the memory-bounded build: overlapping partitions built one at a time and
+//! merged) and `spool` (its rows on disk).
 
 mod build;
 mod error;
 mod opened;
+pub mod partitioned;
 mod reader;
 pub mod regrow;
+pub mod spool;
 #[cfg(test)]
 mod tests;
 

@@ -50,8 +50,10 @@ pub use image::{Allocator, RelationImage};
 pub use open::{RelationIndex, RelationReader};
 pub use runtime::{open_index, open_index_synced};
 pub use store_log::{map_pages, StoreLog};
-pub use writer::{RelationWriter, BATCH_BLOCKS};
+pub use writer::{RelationWriter, RowSource, BATCH_BLOCKS};
 
+use crate::index::partitioned::{PartitionPlan, PartitionedBuild};
+use crate::index::spool::RowSpool;
 use crate::index::{build_in_memory, BuildPhase, BuildReport, Cancel, EdgePageFormat};
 use crate::index::{peak_rss_bytes, IndexError, IndexParams, Progress};
 use crate::pages::meta::Meta;
@@ -93,6 +95,69 @@ pub fn build_relation(
     report.file_sizes = vec![("relation".to_string(), blocks * BLOCK_SIZE as u64)];
     report.peak_rss = peak_rss_bytes();
     Ok((report, meta))
+}
+
+/// Builds an index over the rows of `spool` (every row on disk, in heap order) into the
+/// empty `store` within `params.memory_budget` bytes of memory: the partitioned phases of
+/// [`crate::index::partitioned`], then [`RelationWriter::write_streamed`] with the lists
+/// merged as they are written and identity placement. `tids[v]` is row v's heap TID.
+pub fn build_relation_partitioned(
+    store: &dyn PageStore,
+    spool: &RowSpool,
+    tids: &[HeapTid],
+    params: &IndexParams,
+    build_id: u64,
+    progress: Progress,
+    cancel: Cancel,
+) -> Result<(BuildReport, Meta, PartitionPlan), IndexError> {
+    let budget = params.memory_budget.ok_or_else(|| {
+        IndexError::Invalid("a memory-bounded build needs a memory budget".into())
+    })?;
+    if tids.len() != spool.len() {
+        return Err(IndexError::Invalid(format!(
+            "{} heap TIDs for {} spooled rows",
+            tids.len(),
+            spool.len()
+        )));
+    }
+    let mut built = PartitionedBuild::run(spool, params, budget, progress, cancel)?;
+    let mut report = std::mem::take(&mut built.report);
+    let n = tids.len();
+    progress(BuildPhase::Writing, 0, n as u64);
+    let started = Instant::now();
+    let spp = crate::pages::edge::EdgeLayout::new(params.max_degree)?.slots_per_page();
+    let placement = crate::placement::identity_placement(n, spp)
+        .map_err(|e| IndexError::Invalid(e.to_string()))?;
+    let codebook = built.pq.to_bytes();
+    let entrance = std::mem::take(&mut built.entrance);
+    let input = crate::storage::BuildInput {
+        metric: params.metric,
+        dim: spool.dim(),
+        max_degree: params.max_degree,
+        vectors: &[],
+        heap_tids: tids,
+        adjacency: &[],
+        placement: &placement,
+        pq_bytes: report.pq_bytes,
+        pq_codebook: &codebook,
+        pq_codes: &[],
+        entrance: &entrance,
+        params: crate::storage::BuildParams {
+            build_list: params.build_list as u32,
+            alpha: params.alpha,
+            entrance_ratio: params.entrance_ratio,
+            entrance_degree: params.entrance_degree as u32,
+        },
+    };
+    let mut rows = built.rows(params.max_degree);
+    let meta = RelationWriter::write_streamed(store, &input, &mut rows, built.medoid, build_id)?;
+    progress(BuildPhase::Writing, n as u64, n as u64);
+    report.phases.push((BuildPhase::Writing, started.elapsed()));
+    report.edge_pages = placement.pages;
+    let blocks = u64::from(store.nblocks()?);
+    report.file_sizes = vec![("relation".to_string(), blocks * BLOCK_SIZE as u64)];
+    report.peak_rss = peak_rss_bytes();
+    Ok((report, meta, built.plan))
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use crate::pages::extent::{run_len, runs_for, ExtentMap};
 use crate::pages::meta::{Meta, MAX_EXTENT_MAP_PAGES};
 use crate::pages::vector::VectorPages;
 use crate::pages::{self, indirection, PageKind, BLOCK_SIZE, EXTENT_BLOCKS};
-use crate::storage::writer::validate_with;
+use crate::storage::writer::{check_list, validate_header, validate_with};
 use crate::storage::{BuildInput, EdgeLocation, IndirEntry, StorageError, FLAG_LIVE, FREE_OWNER};
 use crate::store::PageStore;
 use crate::VertexId;
@@ -19,6 +19,40 @@ use crate::VertexId;
 pub const BATCH_BLOCKS: usize = 32;
 
 pub struct RelationWriter;
+
+/// Where the writer takes each vertex's edge list, vector and PQ code. Each kind is asked
+/// for in one pass: lists in the order the placement puts them on pages (ascending ids for
+/// an identity placement), vectors and codes in ascending vertex order. A memory-bounded
+/// build streams them from its spool files this way (`crate::index::partitioned`); an
+/// in-memory build's [`BuildInput`] answers from its slices.
+pub trait RowSource {
+    fn list(&mut self, v: VertexId, out: &mut Vec<VertexId>) -> Result<(), StorageError>;
+    fn vector(&mut self, v: VertexId, out: &mut [f32]) -> Result<(), StorageError>;
+    fn code(&mut self, v: VertexId, out: &mut [u8]) -> Result<(), StorageError>;
+}
+
+/// The rows of an in-memory [`BuildInput`].
+struct InMemoryRows<'a, 'b>(&'a BuildInput<'b>);
+
+impl RowSource for InMemoryRows<'_, '_> {
+    fn list(&mut self, v: VertexId, out: &mut Vec<VertexId>) -> Result<(), StorageError> {
+        out.clear();
+        out.extend_from_slice(&self.0.adjacency[v as usize]);
+        Ok(())
+    }
+
+    fn vector(&mut self, v: VertexId, out: &mut [f32]) -> Result<(), StorageError> {
+        let dim = self.0.dim;
+        out.copy_from_slice(&self.0.vectors[v as usize * dim..(v as usize + 1) * dim]);
+        Ok(())
+    }
+
+    fn code(&mut self, v: VertexId, out: &mut [u8]) -> Result<(), StorageError> {
+        let b = self.0.pq_bytes;
+        out.copy_from_slice(&self.0.pq_codes[v as usize * b..(v as usize + 1) * b]);
+        Ok(())
+    }
+}
 
 impl RelationWriter {
     /// Writes the complete index `input` into `store`, which must be empty (`nblocks() ==
@@ -44,6 +78,52 @@ impl RelationWriter {
         build_id: u64,
     ) -> Result<Meta, StorageError> {
         let (kinds, n, manifest) = Self::check(input, medoid)?;
+        Self::write_new(
+            store,
+            input,
+            &mut InMemoryRows(input),
+            medoid,
+            build_id,
+            &kinds,
+            n,
+            manifest,
+        )
+    }
+
+    /// [`RelationWriter::write`] with the lists, vectors and codes taken from `rows` instead
+    /// of `input`, whose `adjacency`, `vectors` and `pq_codes` must be empty: the header of
+    /// a build too large to hold in memory. `input.heap_tids` gives the vertex count. Each
+    /// list is checked as it is written (at most `max_degree` ids, each a vertex).
+    pub fn write_streamed(
+        store: &dyn PageStore,
+        input: &BuildInput,
+        rows: &mut dyn RowSource,
+        medoid: VertexId,
+        build_id: u64,
+    ) -> Result<Meta, StorageError> {
+        if !(input.adjacency.is_empty() && input.vectors.is_empty() && input.pq_codes.is_empty()) {
+            return Err(StorageError::invalid(
+                "a streamed write takes its lists, vectors and codes from its row source",
+            ));
+        }
+        let (kinds, spp) = Self::kinds(input)?;
+        let manifest = validate_header(input, spp)?;
+        let n = manifest.vertex_count;
+        Self::check_medoid(n, medoid)?;
+        Self::write_new(store, input, rows, medoid, build_id, &kinds, n, manifest)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn write_new(
+        store: &dyn PageStore,
+        input: &BuildInput,
+        rows: &mut dyn RowSource,
+        medoid: VertexId,
+        build_id: u64,
+        kinds: &Kinds,
+        n: u32,
+        manifest: crate::storage::Manifest,
+    ) -> Result<Meta, StorageError> {
         let blocks = store.nblocks()?;
         if blocks != 0 {
             return Err(StorageError::invalid(format!(
@@ -56,7 +136,7 @@ impl RelationWriter {
                 "the store grew while the build started: metapage would be block {meta_block}"
             )));
         }
-        let (meta, page) = write_pages(store, input, medoid, build_id, &kinds, n, manifest)?;
+        let (meta, page) = write_pages(store, input, rows, medoid, build_id, kinds, n, manifest)?;
         store.write_block(0, &page)?;
         store.sync()?;
         Ok(meta)
@@ -80,13 +160,31 @@ impl RelationWriter {
                 "an online rebuild appends to an index; this store is empty",
             ));
         }
-        write_pages(store, input, medoid, build_id, &kinds, n, manifest)
+        write_pages(
+            store,
+            input,
+            &mut InMemoryRows(input),
+            medoid,
+            build_id,
+            &kinds,
+            n,
+            manifest,
+        )
     }
 
     fn check(
         input: &BuildInput,
         medoid: VertexId,
     ) -> Result<(Kinds, u32, crate::storage::Manifest), StorageError> {
+        let (kinds, spp) = Self::kinds(input)?;
+        let manifest = validate_with(input, spp)?;
+        let n = manifest.vertex_count;
+        Self::check_medoid(n, medoid)?;
+        Ok((kinds, n, manifest))
+    }
+
+    /// The page formats of `input`, and the edge slots per page its placement must use.
+    fn kinds(input: &BuildInput) -> Result<(Kinds, usize), StorageError> {
         let edges = EdgeLayout::new(input.max_degree)?;
         let spp = edges.slots_per_page();
         if input.placement.slots_per_page as usize != spp {
@@ -96,28 +194,32 @@ impl RelationWriter {
                 input.placement.slots_per_page, input.max_degree
             )));
         }
-        let manifest = validate_with(input, spp)?;
-        let n = manifest.vertex_count;
+        let kinds = Kinds {
+            edges,
+            vectors: VectorPages::new(input.dim)?,
+            codes: CodePages::new(input.pq_bytes)?,
+        };
+        Ok((kinds, spp))
+    }
+
+    fn check_medoid(n: u32, medoid: VertexId) -> Result<(), StorageError> {
         let medoid_ok = if n == 0 { medoid == 0 } else { medoid < n };
         if !medoid_ok {
             return Err(StorageError::invalid(format!(
                 "medoid {medoid} is not one of the {n} vertices"
             )));
         }
-        let kinds = Kinds {
-            edges,
-            vectors: VectorPages::new(input.dim)?,
-            codes: CodePages::new(input.pq_bytes)?,
-        };
-        Ok((kinds, n, manifest))
+        Ok(())
     }
 }
 
 /// Every page of `input` appended to `store` (first block: its current end), then the
 /// metapage that points at them, sealed but not written.
+#[allow(clippy::too_many_arguments)]
 fn write_pages(
     store: &dyn PageStore,
     input: &BuildInput,
+    rows: &mut dyn RowSource,
     medoid: VertexId,
     build_id: u64,
     kinds: &Kinds,
@@ -126,10 +228,10 @@ fn write_pages(
 ) -> Result<(Meta, Vec<u8>), StorageError> {
     let first_block = store.nblocks()?;
     let mut out = Appender::new(store);
-    write_edges(&mut out, input, &kinds.edges)?;
-    write_vectors(&mut out, input, &kinds.vectors)?;
+    write_edges(&mut out, input, rows, &kinds.edges)?;
+    write_vectors(&mut out, input, rows, &kinds.vectors)?;
     write_indirection(&mut out, input)?;
-    write_codes(&mut out, input, &kinds.codes)?;
+    write_codes(&mut out, input, rows, &kinds.codes)?;
     let codebook = blob::cut(input.pq_codebook, 0)?;
     let entrance = blob::cut(input.entrance, codebook.blob().pages)?;
     write_blobs(&mut out, &[codebook, entrance])?;
@@ -246,9 +348,12 @@ impl<'s> Appender<'s> {
 fn write_edges(
     out: &mut Appender,
     input: &BuildInput,
+    rows: &mut dyn RowSource,
     layout: &EdgeLayout,
 ) -> Result<(), StorageError> {
     let spp = layout.slots_per_page();
+    let n = input.heap_tids.len();
+    let mut list = Vec::with_capacity(input.max_degree);
     let members = input.placement.members(spp);
     let pages = input.placement.pages;
     let capacity = out.allocate(PageKind::Edge, pages.into())?;
@@ -260,7 +365,9 @@ fn write_edges(
             let cells = &members[p as usize * spp..(p as usize + 1) * spp];
             for (slot, &v) in cells.iter().enumerate() {
                 if v != FREE_OWNER {
-                    layout.put_slot(page, slot, v, &input.adjacency[v as usize])?;
+                    rows.list(v, &mut list)?;
+                    check_list(v, &list, input.max_degree, n)?;
+                    layout.put_slot(page, slot, v, &list)?;
                 }
             }
         }
@@ -274,9 +381,11 @@ fn write_edges(
 fn write_vectors(
     out: &mut Appender,
     input: &BuildInput,
+    rows: &mut dyn RowSource,
     vectors: &VectorPages,
 ) -> Result<(), StorageError> {
     let n = input.heap_tids.len() as u32;
+    let mut vector = vec![0f32; input.dim];
     let capacity = out.allocate(PageKind::Vector, vectors.pages_for(n.into()))?;
     let spe = vectors.slots_per_extent();
     let mut slot = vec![0u8; vectors.slot_size()];
@@ -291,11 +400,10 @@ fn write_vectors(
         }
         let slots = e.saturating_mul(spe)..n.min(e.saturating_add(1).saturating_mul(spe));
         for v in slots {
-            let dim = input.dim;
-            let vector = &input.vectors[v as usize * dim..(v as usize + 1) * dim];
+            rows.vector(v, &mut vector)?;
             vectors
                 .layout()
-                .encode_slot(&mut slot, vector, v, input.heap_tids[v as usize])?;
+                .encode_slot(&mut slot, &vector, v, input.heap_tids[v as usize])?;
             vectors.scatter(v, &slot, &mut extent, 0)?;
         }
         for (k, page) in extent.chunks_exact_mut(BLOCK_SIZE).enumerate() {
@@ -339,18 +447,22 @@ fn write_indirection(out: &mut Appender, input: &BuildInput) -> Result<(), Stora
 fn write_codes(
     out: &mut Appender,
     input: &BuildInput,
+    rows: &mut dyn RowSource,
     codes: &CodePages,
 ) -> Result<(), StorageError> {
     let n = input.heap_tids.len();
     let capacity = out.allocate(PageKind::Codes, codes.pages_for(n as u64))?;
-    let per_page_bytes = codes.per_page() * codes.pq_bytes();
+    let (per_page, pq_bytes) = (codes.per_page(), codes.pq_bytes());
     for o in 0..capacity {
         let block = out.block(PageKind::Codes, o);
         let page = out.page(block)?;
         codes.init_page(page, block, o);
-        let from = (o as usize * per_page_bytes).min(input.pq_codes.len());
-        let to = (from + per_page_bytes).min(input.pq_codes.len());
-        codes.codes_mut(page)[..to - from].copy_from_slice(&input.pq_codes[from..to]);
+        let first = o as usize * per_page;
+        let area = codes.codes_mut(page);
+        for v in first..n.min(first + per_page) {
+            let at = (v - first) * pq_bytes;
+            rows.code(v as VertexId, &mut area[at..at + pq_bytes])?;
+        }
         pages::seal(page);
     }
     Ok(())

@@ -86,12 +86,6 @@ fn validate(input: &BuildInput) -> Result<Manifest, StorageError> {
 /// (`crate::relation`), whose 8 KiB edge pages hold more slots than the side file's.
 pub(crate) fn validate_with(input: &BuildInput, spp: usize) -> Result<Manifest, StorageError> {
     let n = input.heap_tids.len();
-    VectorLayout::new(input.dim)?;
-    if n >= u32::MAX as usize {
-        return Err(StorageError::invalid(format!(
-            "{n} vertices exceed the u32 vertex id space"
-        )));
-    }
     let expect = |what: &str, got: usize, want: usize| {
         if got == want {
             Ok(())
@@ -107,24 +101,53 @@ pub(crate) fn validate_with(input: &BuildInput, spp: usize) -> Result<Manifest, 
         return Err(StorageError::invalid("pq_bytes must be at least 1"));
     }
     expect("pq_codes", input.pq_codes.len(), n * input.pq_bytes)?;
+    let manifest = validate_header(input, spp)?;
+    for (u, list) in input.adjacency.iter().enumerate() {
+        check_list(u as VertexId, list, input.max_degree, n)?;
+    }
+    Ok(manifest)
+}
+
+/// One list of `n` vertices: at most `max_degree` ids, each a vertex. A streamed relation
+/// write checks each list this way as it comes.
+pub(crate) fn check_list(
+    v: VertexId,
+    list: &[VertexId],
+    max_degree: usize,
+    n: usize,
+) -> Result<(), StorageError> {
+    if list.len() > max_degree {
+        return Err(StorageError::invalid(format!(
+            "vertex {v} has {} neighbours, more than max_degree {max_degree}",
+            list.len()
+        )));
+    }
+    if let Some(&bad) = list.iter().find(|&&u| u as usize >= n) {
+        return Err(StorageError::invalid(format!(
+            "vertex {v} has neighbour {bad} >= {n}"
+        )));
+    }
+    Ok(())
+}
+
+/// What [`validate_with`] checks apart from the vectors, lists and codes themselves: the
+/// dimension, vertex count, code size and placement. A streamed relation write checks its
+/// lists as they come.
+pub(crate) fn validate_header(input: &BuildInput, spp: usize) -> Result<Manifest, StorageError> {
+    let n = input.heap_tids.len();
+    VectorLayout::new(input.dim)?;
+    if n >= u32::MAX as usize {
+        return Err(StorageError::invalid(format!(
+            "{n} vertices exceed the u32 vertex id space"
+        )));
+    }
+    if input.pq_bytes == 0 {
+        return Err(StorageError::invalid("pq_bytes must be at least 1"));
+    }
     input
         .placement
         .validate(n, spp)
         .map_err(|e| StorageError::invalid(format!("invalid placement: {e}")))?;
-    for (u, list) in input.adjacency.iter().enumerate() {
-        if list.len() > input.max_degree {
-            return Err(StorageError::invalid(format!(
-                "vertex {u} has {} neighbours, more than max_degree {}",
-                list.len(),
-                input.max_degree
-            )));
-        }
-        if let Some(&bad) = list.iter().find(|&&v| v as usize >= n) {
-            return Err(StorageError::invalid(format!(
-                "vertex {u} has neighbour {bad} >= {n}"
-            )));
-        }
-    }
     let indirection_capacity = IndirectionTable::capacity_for(n);
     Ok(Manifest {
         metric: input.metric,
