@@ -58,6 +58,9 @@ pub struct IoOptions {
     pub backend: BackendChoice,
     /// Try O_DIRECT (falls back to buffered where the file system refuses it).
     pub direct: bool,
+    /// Under O_DIRECT, first try each read from the page cache without waiting
+    /// ([`crate::page_cache`]); `NAVIS_PAGE_CACHE=0` turns it off for ablations.
+    pub probe_page_cache: bool,
 }
 
 /// 0: O_DIRECT as `NAVIS_DIRECT` says; 1: on; 2: off (see [`set_direct_io`]).
@@ -74,12 +77,15 @@ impl IoOptions {
     /// (`0` disables O_DIRECT), itself overridden by [`set_direct_io`].
     pub fn from_env(queue_depth: u32) -> io::Result<IoOptions> {
         let io_var = std::env::var("NAVIS_IO").ok();
+        let probe_var = std::env::var("NAVIS_PAGE_CACHE").ok();
         let direct_var = match DIRECT_IO_SETTING.load(Ordering::Relaxed) {
             1 => Some("on".to_owned()),
             2 => Some("off".to_owned()),
             _ => std::env::var("NAVIS_DIRECT").ok(),
         };
-        Self::from_values(queue_depth, io_var.as_deref(), direct_var.as_deref())
+        let mut options = Self::from_values(queue_depth, io_var.as_deref(), direct_var.as_deref())?;
+        options.probe_page_cache = !matches!(probe_var.as_deref(), Some("0") | Some("off"));
+        Ok(options)
     }
 
     fn from_values(
@@ -102,6 +108,7 @@ impl IoOptions {
             queue_depth,
             backend,
             direct,
+            probe_page_cache: true,
         })
     }
 }
@@ -115,6 +122,10 @@ pub struct IoStats {
     pub bytes: u64,
     /// System calls that submitted reads: `io_uring_enter` calls, or successful `pread` calls.
     pub submits: u64,
+    /// Of `reads`, those the page cache served without a device read ([`crate::page_cache`]).
+    pub cached_reads: u64,
+    /// Of `bytes`, those of `cached_reads`.
+    pub cached_bytes: u64,
 }
 
 /// One read of a batch: `buf.len()` bytes at `offset`, of which the first `needed` must
@@ -690,6 +701,7 @@ mod tests {
             queue_depth,
             backend,
             direct,
+            probe_page_cache: false,
         };
         PageReader::open_with(&f.edges, &f.vectors, f.layout, options).unwrap()
     }

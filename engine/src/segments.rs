@@ -17,6 +17,7 @@
 use crate::io::{
     open_for_reading, run_batch, AlignedPage, Backend, BackendChoice, IoOptions, IoStats, ReadReq,
 };
+use crate::page_cache::PageCacheProbe;
 use crate::pages::extent::ExtentMap;
 use crate::pages::vector::{VectorPages, SECTOR_SIZE};
 use crate::pages::{PageKind, BLOCK_SIZE};
@@ -33,6 +34,9 @@ pub struct SegmentReader {
     base: PathBuf,
     segment_blocks: u32,
     files: Vec<Option<File>>,
+    /// Buffered descriptors of the same segments, for the page-cache probe (O_DIRECT only).
+    buffered: Vec<Option<File>>,
+    probe: PageCacheProbe,
     direct: bool,
     backend: Backend,
     queue_depth: usize,
@@ -74,10 +78,18 @@ impl SegmentReader {
             BackendChoice::Auto => IoUring::new(queue_depth)
                 .map_or(Backend::Pread, |ring| Backend::Uring(Box::new(ring))),
         };
+        let probe = PageCacheProbe::new(direct && options.probe_page_cache);
+        let buffered = if probe.is_enabled() {
+            vec![Some(File::open(base)?)]
+        } else {
+            vec![None]
+        };
         Ok(SegmentReader {
             base: base.to_path_buf(),
             segment_blocks,
             files: vec![Some(first)],
+            buffered,
+            probe,
             direct,
             backend,
             queue_depth: queue_depth as usize,
@@ -89,6 +101,11 @@ impl SegmentReader {
     /// Whether reads bypass the page cache.
     pub fn is_direct(&self) -> bool {
         self.direct
+    }
+
+    /// Whether O_DIRECT reads try the page cache first ([`crate::page_cache`]).
+    pub fn probes_page_cache(&self) -> bool {
+        self.probe.is_enabled()
     }
 
     pub fn stats(&self) -> IoStats {
@@ -105,9 +122,11 @@ impl SegmentReader {
             let seg = (b / self.segment_blocks) as usize;
             if seg >= self.files.len() {
                 self.files.resize_with(seg + 1, || None);
+                self.buffered.resize_with(seg + 1, || None);
             }
             if self.files[seg].is_none() {
-                let (file, direct) = open_for_reading(&self.segment_path(seg as u32), self.direct)?;
+                let path = self.segment_path(seg as u32);
+                let (file, direct) = open_for_reading(&path, self.direct)?;
                 if direct != self.direct {
                     return Err(io::Error::other(format!(
                         "segment {seg} of {} does not accept the O_DIRECT choice of segment 0",
@@ -115,6 +134,9 @@ impl SegmentReader {
                     )));
                 }
                 self.files[seg] = Some(file);
+                if self.probe.is_enabled() {
+                    self.buffered[seg] = Some(File::open(&path)?);
+                }
             }
         }
         Ok(())
@@ -140,11 +162,13 @@ impl SegmentReader {
         let files = &self.files;
         let bytes: &mut [u8] =
             bytemuck::cast_slice_mut(&mut out[..blocks.len() * SECTORS_PER_BLOCK]);
+        let mut segments = Vec::with_capacity(blocks.len());
         let mut reqs: Vec<ReadReq> = blocks
             .iter()
             .zip(bytes.chunks_exact_mut(BLOCK_SIZE))
             .map(|(&b, buf)| {
                 let (seg, offset) = self.location(b);
+                segments.push(seg);
                 ReadReq {
                     file: files[seg].as_ref().expect("opened above"),
                     offset,
@@ -153,6 +177,8 @@ impl SegmentReader {
                 }
             })
             .collect();
+        self.probe
+            .serve_from(&self.buffered, &segments, &mut reqs, &mut self.stats);
         run_batch(
             &mut self.backend,
             self.queue_depth,
@@ -232,10 +258,12 @@ impl SegmentReader {
             let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut scratch[..total]);
             let mut rest = bytes;
             let mut reqs: Vec<ReadReq> = Vec::with_capacity(parts.len());
+            let mut segments = Vec::with_capacity(parts.len());
             for p in &parts {
                 let (buf, tail) = std::mem::take(&mut rest).split_at_mut(p.sectors * SECTOR_SIZE);
                 rest = tail;
                 let (seg, offset) = self.location(p.block);
+                segments.push(seg);
                 reqs.push(ReadReq {
                     file: files[seg].as_ref().expect("opened above"),
                     offset: offset + (p.first_sector * SECTOR_SIZE) as u64,
@@ -243,6 +271,8 @@ impl SegmentReader {
                     needed: p.sectors * SECTOR_SIZE,
                 });
             }
+            self.probe
+                .serve_from(&self.buffered, &segments, &mut reqs, &mut self.stats);
             run_batch(
                 &mut self.backend,
                 self.queue_depth,

@@ -12,6 +12,7 @@ fn options(direct: bool) -> IoOptions {
         queue_depth: 16,
         backend: BackendChoice::Auto,
         direct,
+        probe_page_cache: false,
     }
 }
 

@@ -1,0 +1,286 @@
+//! Reads the kernel's page cache can serve at once, taken before a batch goes to the device
+//! with O_DIRECT (issue 15).
+//!
+//! PostgreSQL writes every index page through smgr, which is buffered: a page written since the
+//! kernel last evicted it is in the page cache. An O_DIRECT read of it still goes to the
+//! device, so an index that fits in memory (where most users start) paid about 36 device round
+//! trips per Fashion-MNIST query that the page cache could have answered. Reading everything
+//! buffered instead would make an index larger than memory fill the page cache with pages
+//! NAVIS-Cache already holds, and evict the heap's.
+//!
+//! So each request is first tried with `preadv2(RWF_NOWAIT)` on a buffered descriptor of the
+//! same file. The kernel copies the data when every page of the range is cached and returns
+//! `EAGAIN` otherwise; `RWF_NOWAIT` also means "start no I/O" (no read, no readahead), so a miss
+//! costs one system call and leaves the page cache as it was. Misses go on to the O_DIRECT
+//! batch. The choice is made per read by what the kernel holds, not by a setting.
+//!
+//! When probes keep missing (an index larger than memory), only one request in
+//! [`SPARSE_EVERY`] is tried, so the cost stays negligible while the reader keeps learning;
+//! a window with hits again turns probing back on for every request.
+
+use crate::io::{IoStats, ReadReq};
+use std::fs::File;
+use std::io;
+use std::os::unix::io::AsRawFd;
+
+/// Probes per decision window.
+const WINDOW: u32 = 64;
+/// A window with fewer hits than this switches to sparse probing.
+const SPARSE_BELOW_HITS: u32 = 4;
+/// In sparse mode, one request in this many is probed.
+pub const SPARSE_EVERY: u32 = 16;
+
+/// Per-reader state of the page-cache probe.
+#[derive(Debug)]
+pub(crate) struct PageCacheProbe {
+    enabled: bool,
+    sparse: bool,
+    window_tries: u32,
+    window_hits: u32,
+    countdown: u32,
+}
+
+/// What one probe found.
+enum Probe {
+    /// Every needed byte was copied from the page cache.
+    Hit(usize),
+    /// Not (all) cached: the device must be read.
+    Miss,
+    /// The file system cannot read without waiting: stop probing.
+    Unsupported,
+}
+
+impl PageCacheProbe {
+    pub(crate) fn new(enabled: bool) -> PageCacheProbe {
+        PageCacheProbe {
+            enabled,
+            sparse: false,
+            window_tries: 0,
+            window_hits: 0,
+            countdown: 0,
+        }
+    }
+
+    pub(crate) fn is_enabled(&self) -> bool {
+        self.enabled
+    }
+
+    /// Whether the next request should be probed.
+    fn should_try(&mut self) -> bool {
+        if !self.enabled {
+            return false;
+        }
+        if !self.sparse {
+            return true;
+        }
+        if self.countdown == 0 {
+            self.countdown = SPARSE_EVERY - 1;
+            true
+        } else {
+            self.countdown -= 1;
+            false
+        }
+    }
+
+    fn record(&mut self, hit: bool) {
+        self.window_tries += 1;
+        self.window_hits += u32::from(hit);
+        if self.window_tries == WINDOW {
+            self.sparse = self.window_hits < SPARSE_BELOW_HITS;
+            self.window_tries = 0;
+            self.window_hits = 0;
+        }
+    }
+
+    /// [`PageCacheProbe::serve`] for reads of segment files: `reqs[i]` reads segment
+    /// `segments[i]`, whose buffered descriptor is `buffered[segments[i]]`.
+    pub(crate) fn serve_from(
+        &mut self,
+        buffered: &[Option<File>],
+        segments: &[usize],
+        reqs: &mut Vec<ReadReq<'_>>,
+        stats: &mut IoStats,
+    ) {
+        if !self.enabled {
+            return;
+        }
+        let mut twins: Vec<&File> = segments
+            .iter()
+            .map(|&s| buffered[s].as_ref().expect("opened with its segment"))
+            .collect();
+        self.serve(reqs, &mut twins, stats);
+    }
+
+    /// Serves what it can of `reqs` from the page cache, through `buffered[i]` (a buffered
+    /// descriptor of `reqs[i].file`), and removes the served requests from both vectors; the
+    /// rest are for the device. Served reads count in `stats.reads`/`bytes` as any read, and
+    /// in `stats.cached_reads`/`cached_bytes`.
+    pub(crate) fn serve(
+        &mut self,
+        reqs: &mut Vec<ReadReq<'_>>,
+        buffered: &mut Vec<&File>,
+        stats: &mut IoStats,
+    ) {
+        debug_assert_eq!(reqs.len(), buffered.len());
+        let mut i = 0;
+        while i < reqs.len() {
+            if !self.should_try() {
+                i += 1;
+                continue;
+            }
+            let req = &mut reqs[i];
+            match read_nowait(buffered[i], req.buf, req.offset, req.needed) {
+                Probe::Hit(n) => {
+                    self.record(true);
+                    stats.reads += 1;
+                    stats.bytes += n as u64;
+                    stats.cached_reads += 1;
+                    stats.cached_bytes += n as u64;
+                    reqs.swap_remove(i);
+                    buffered.swap_remove(i);
+                }
+                Probe::Miss => {
+                    self.record(false);
+                    i += 1;
+                }
+                Probe::Unsupported => {
+                    self.enabled = false;
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// One `preadv2(RWF_NOWAIT)` of `buf.len()` bytes at `offset`, of which `needed` must arrive.
+fn read_nowait(file: &File, buf: &mut [u8], offset: u64, needed: usize) -> Probe {
+    let Ok(offset) = i64::try_from(offset) else {
+        return Probe::Unsupported;
+    };
+    let iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // SAFETY: `iov` describes `buf`, which is valid for writes of `buf.len()` bytes and
+    // borrowed mutably for the whole call; the call is synchronous, so the kernel is done with
+    // the buffer when it returns.
+    let n = unsafe { libc::preadv2(file.as_raw_fd(), &iov, 1, offset, libc::RWF_NOWAIT) };
+    if n >= 0 {
+        // A short read means part of the range is not cached (or lies past the end of the
+        // file): the device read that follows overwrites the buffer whole.
+        return if n as usize >= needed {
+            Probe::Hit(n as usize)
+        } else {
+            Probe::Miss
+        };
+    }
+    match io::Error::last_os_error().raw_os_error() {
+        Some(libc::EAGAIN) | Some(libc::EINTR) => Probe::Miss,
+        // EOPNOTSUPP: the file system has no non-blocking buffered reads; ENOSYS/EINVAL: the
+        // kernel has no preadv2 flags. Anything else is left to the device read to report.
+        Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) | Some(libc::EINVAL) => Probe::Unsupported,
+        _ => Probe::Miss,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn file_with(bytes: &[u8]) -> (tempfile::NamedTempFile, File) {
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        f.write_all(bytes).unwrap();
+        f.flush().unwrap();
+        let reopened = File::open(f.path()).unwrap();
+        (f, reopened)
+    }
+
+    #[test]
+    fn cached_pages_are_served_and_counted() {
+        let data: Vec<u8> = (0..16384u32).map(|i| (i % 251) as u8).collect();
+        // Just written through the page cache, so cached.
+        let (_keep, file) = file_with(&data);
+        let mut a = vec![0u8; 4096];
+        let mut b = vec![0u8; 100];
+        let mut reqs = vec![
+            ReadReq {
+                file: &file,
+                offset: 4096,
+                buf: &mut a,
+                needed: 4096,
+            },
+            ReadReq {
+                file: &file,
+                offset: 10_000,
+                buf: &mut b,
+                needed: 100,
+            },
+        ];
+        let mut twins = vec![&file, &file];
+        let mut stats = IoStats::default();
+        let mut probe = PageCacheProbe::new(true);
+        probe.serve(&mut reqs, &mut twins, &mut stats);
+        if !probe.is_enabled() {
+            // This file system has no RWF_NOWAIT buffered reads: nothing served, nothing lost.
+            assert_eq!(reqs.len(), 2);
+            return;
+        }
+        assert!(reqs.is_empty(), "both ranges are cached");
+        assert_eq!((stats.reads, stats.cached_reads), (2, 2));
+        assert_eq!(stats.cached_bytes, 4196);
+        assert_eq!(a, data[4096..8192]);
+        assert_eq!(b, data[10_000..10_100]);
+    }
+
+    #[test]
+    fn a_range_past_the_end_is_left_for_the_device() {
+        let (_keep, file) = file_with(&[7u8; 4096]);
+        let mut buf = vec![0u8; 4096];
+        let mut reqs = vec![ReadReq {
+            file: &file,
+            offset: 4096,
+            buf: &mut buf,
+            needed: 4096,
+        }];
+        let mut twins = vec![&file];
+        let mut stats = IoStats::default();
+        PageCacheProbe::new(true).serve(&mut reqs, &mut twins, &mut stats);
+        assert_eq!(reqs.len(), 1);
+        assert_eq!(stats.cached_reads, 0);
+    }
+
+    #[test]
+    fn misses_make_probing_sparse_and_hits_restore_it() {
+        let mut probe = PageCacheProbe::new(true);
+        for _ in 0..WINDOW {
+            assert!(probe.should_try());
+            probe.record(false);
+        }
+        let tried = (0..SPARSE_EVERY * 4).filter(|_| probe.should_try()).count();
+        assert_eq!(tried, 4, "one in SPARSE_EVERY once a window missed");
+        for _ in 0..WINDOW {
+            probe.record(true);
+        }
+        assert!(
+            (0..10).all(|_| probe.should_try()),
+            "dense again after a window of hits"
+        );
+    }
+
+    #[test]
+    fn disabled_probe_serves_nothing() {
+        let (_keep, file) = file_with(&[1u8; 4096]);
+        let mut buf = vec![0u8; 4096];
+        let mut reqs = vec![ReadReq {
+            file: &file,
+            offset: 0,
+            buf: &mut buf,
+            needed: 4096,
+        }];
+        let mut twins = vec![&file];
+        let mut stats = IoStats::default();
+        PageCacheProbe::new(false).serve(&mut reqs, &mut twins, &mut stats);
+        assert_eq!((reqs.len(), stats.reads), (1, 0));
+    }
+}
