@@ -45,7 +45,7 @@ impl Drop for Running {
     fn drop(&mut self) {
         if let Some(cursor) = self.cursor.take() {
             let mut total = self.open.counters.lock().unwrap();
-            total.merge(cursor.counters());
+            total.merge(&cursor.counters());
             drop(cursor);
         }
         if !self.reader.is_null() {
@@ -306,7 +306,7 @@ pub unsafe extern "C-unwind" fn amgettuple(
     // SAFETY: as above.
     io_stats::report(
         unsafe { (*scan).indexRelation },
-        cursor.counters(),
+        &cursor.counters(),
         &mut run.reported,
     );
     if run.calibrating && passes_before == 0 && cursor.passes() > 0 {

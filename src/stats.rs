@@ -81,6 +81,7 @@ fn navis_index_stats(
         name!(cached_window_pages, i64),
         name!(rerank_vector_loads, i64),
         name!(bytes_read, i64),
+        name!(page_cache_bytes, i64),
         name!(resumes, i64),
         name!(built_rows, i64),
         name!(retired_bytes, i64),
@@ -127,6 +128,7 @@ fn navis_index_stats(
             resident.1 as i64,
             c.rerank_vector_loads as i64,
             c.bytes_read as i64,
+            c.page_cache_bytes as i64,
             c.resumes as i64,
             m.vertex_count as i64,
             // Blocks of earlier builds an online rebuild left behind (regrow.rs).

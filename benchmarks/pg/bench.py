@@ -269,7 +269,8 @@ def build_index(conn, table, index, args):
             "relation_file": os.path.join(datadir, rel_path)}
 
 
-COUNTERS = "scans, hops, edge_pages_read, rerank_vector_loads, bytes_read, casr_window"
+COUNTERS = ("scans, hops, edge_pages_read, rerank_vector_loads, bytes_read, casr_window, "
+            "page_cache_bytes")
 
 
 def search_settings(args, param):
@@ -353,14 +354,15 @@ def search(args, table, index, queries, gt, lst, clients=1):
     if args.system == "pgvector":
         row["ef_search"] = row.pop("list")
     if navis:
-        d = [sum(o[5][j] - o[4][j] for o in out) for j in range(5)]
+        d = [sum(o[5][j] - o[4][j] for o in out) for j in (0, 1, 2, 3, 4, 6)]
         after = out[0][5]
         scans = max(d[0], 1)
         row.update(hops_q=d[1] / scans, edge_pages_q=d[2] / scans, vector_loads_q=d[3] / scans,
-                   bytes_q=d[4] / scans, casr_window=after[5], scans=d[0])
-        # navis's own count of bytes its scans read from the index's edge and vector pages, per
-        # second, against the fio ceiling (QD 64) of this machine
-        row["reads_4k_per_s"] = row["bytes_q"] / 4096 * row["qps"]
+                   bytes_q=d[4] / scans, page_cache_bytes_q=d[5] / scans,
+                   casr_window=after[5], scans=d[0])
+        # navis's own count of bytes its scans read from the device (read minus what the page
+        # cache served), per second, against the fio ceiling (QD 64) of this machine
+        row["reads_4k_per_s"] = (row["bytes_q"] - row["page_cache_bytes_q"]) / 4096 * row["qps"]
         ceiling = device_ceiling()
         if ceiling:
             row["ceiling_iops"] = ceiling

@@ -32,6 +32,9 @@ pub struct SearchCounters {
     pub packed_vector_loads: u64,
     /// Bytes read from side files (edge pages plus vector reads, at device granularity).
     pub bytes_read: u64,
+    /// Of `bytes_read`, the bytes the kernel's page cache served without a device read
+    /// ([`crate::page_cache`]).
+    pub page_cache_bytes: u64,
     /// Read batches submitted (one per hop, one per CASR window).
     pub read_batches: u64,
     /// Distances computed from PQ codes.
@@ -83,6 +86,7 @@ impl SearchCounters {
             rerank_vector_loads,
             packed_vector_loads,
             bytes_read,
+            page_cache_bytes,
             read_batches,
             pq_distances,
             exact_distances,
@@ -108,6 +112,7 @@ impl SearchCounters {
         self.rerank_vector_loads += rerank_vector_loads;
         self.packed_vector_loads += packed_vector_loads;
         self.bytes_read += bytes_read;
+        self.page_cache_bytes += page_cache_bytes;
         self.read_batches += read_batches;
         self.pq_distances += pq_distances;
         self.exact_distances += exact_distances;

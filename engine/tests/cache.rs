@@ -52,7 +52,7 @@ fn search(index: &Index, q: &[f32], k: usize) -> (Vec<(usize, f32)>, u64, u64) {
     };
     let mut cursor = SearchCursor::new(&mut reader, q, p).unwrap();
     let hits: Vec<SearchHit> = cursor.next_batch(k).unwrap();
-    let c = *cursor.counters();
+    let c = cursor.counters();
     (
         hits.iter().map(|h| (row_of(h.tid), h.distance)).collect(),
         c.edge_pages_read,

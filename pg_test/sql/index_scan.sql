@@ -135,3 +135,11 @@ SELECT pg_stat_force_next_flush();
 SELECT idx_blks_read + idx_blks_hit - :blocks_before > 8
    AND idx_blks_read + idx_blks_hit - :blocks_before <= :explained_blocks AS statio_counts_them
 FROM pg_statio_user_indexes WHERE indexrelname = 'c_l2';
+-- reads under O_DIRECT are tried from the kernel's page cache first (engine page_cache.rs): the
+-- index was just written through smgr, so its pages are cached and its scans' reads are served
+-- from there, counted in page_cache_bytes as a part of bytes_read
+SELECT bytes_read AS bytes_before, page_cache_bytes AS cached_before FROM navis_index_stats('c_l2') \gset
+SELECT count(*) FROM (SELECT id FROM c ORDER BY embedding <-> (SELECT embedding FROM f WHERE id = 6) LIMIT 10) s;
+SELECT page_cache_bytes - :cached_before > 0 AS served_from_page_cache,
+       page_cache_bytes - :cached_before <= bytes_read - :bytes_before AS part_of_bytes_read
+FROM navis_index_stats('c_l2');

@@ -1,7 +1,7 @@
 -- Versions and upgrades (issue 16 part 4): a database on navis 0.1.0 (the install script of the
--- release, sql/navis--0.1.0.sql) keeps working with the 0.2.0 module, ALTER EXTENSION navis
--- UPDATE brings its catalog to exactly what CREATE EXTENSION navis gives, and its indexes need
--- no REINDEX (0.2.0 reads the 0.1.0 on-disk layout).
+-- release, sql/navis--0.1.0.sql) keeps working with the current module, ALTER EXTENSION navis
+-- UPDATE (0.1.0 -> 0.2.0 -> 0.3.0) brings its catalog to exactly what CREATE EXTENSION navis
+-- gives, and its indexes need no REINDEX (the current module reads the 0.1.0 on-disk layout).
 CREATE EXTENSION navis VERSION '0.1.0';
 SELECT extversion FROM pg_extension WHERE extname = 'navis';
 CREATE TABLE t (id int PRIMARY KEY, v real[]);
@@ -13,7 +13,7 @@ SELECT id FROM t ORDER BY v <-> '{0.1,0.2,0.3}' LIMIT 3;
 SELECT vertices, resumes FROM navis_index_stats('t_v');
 ALTER EXTENSION navis UPDATE;
 SELECT extversion FROM pg_extension WHERE extname = 'navis';
-SELECT vertices, built_rows, retired_bytes FROM navis_index_stats('t_v');
+SELECT vertices, built_rows, retired_bytes, page_cache_bytes >= 0 AS has_page_cache_bytes FROM navis_index_stats('t_v');
 SELECT id FROM t ORDER BY v <-> '{0.1,0.2,0.3}' LIMIT 3;
 INSERT INTO t VALUES (5000, '{0.1,0.2,0.3}');
 SELECT id FROM t ORDER BY v <-> '{0.1,0.2,0.3}' LIMIT 1;

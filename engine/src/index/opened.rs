@@ -303,7 +303,7 @@ impl Index {
                 .expect("calibrator lock")
                 .record_window(w);
         }
-        Ok((hits, *cursor.counters()))
+        Ok((hits, cursor.counters()))
     }
 }
 

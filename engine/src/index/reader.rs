@@ -43,7 +43,6 @@ pub(super) enum ReaderIo {
 }
 
 impl ReaderIo {
-    #[cfg(test)]
     pub(super) fn stats(&self) -> crate::io::IoStats {
         match self {
             ReaderIo::Side(io) => io.stats(),
@@ -140,6 +139,10 @@ pub(crate) fn storage_to_io(e: StorageError) -> io::Error {
 
 impl IndexSource for DiskReader<'_> {
     type PqTable = crate::pq::QueryTable;
+
+    fn page_cache_bytes(&self) -> u64 {
+        self.io.stats().cached_bytes
+    }
 
     fn metric(&self) -> Metric {
         self.index.metric()

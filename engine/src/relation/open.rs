@@ -132,7 +132,7 @@ impl RelationIndex {
     ) -> io::Result<(Vec<SearchHit>, SearchCounters)> {
         let mut cursor = SearchCursor::new(reader, query, params)?;
         let hits = cursor.next_batch(params.k)?;
-        Ok((hits, *cursor.counters()))
+        Ok((hits, cursor.counters()))
     }
 
     fn entry(&self, v: VertexId) -> Option<IndirEntry> {
@@ -161,6 +161,10 @@ fn data_error(e: impl std::fmt::Display) -> io::Error {
 
 impl IndexSource for RelationReader<'_> {
     type PqTable = crate::pq::QueryTable;
+
+    fn page_cache_bytes(&self) -> u64 {
+        self.io.stats().cached_bytes
+    }
 
     fn metric(&self) -> Metric {
         self.index.metric()

@@ -63,7 +63,7 @@ fn graph_passes_exhaust_the_index_then_find_the_unreached() {
     src.entrance.retain(|v| !islands.contains(v));
     let mut cursor = SearchCursor::new(&mut src, &q, graph_only()).unwrap();
     let hits = drain(&mut cursor);
-    let (skips, c) = (cursor.order_skips(), *cursor.counters());
+    let (skips, c) = (cursor.order_skips(), cursor.counters());
     drop(cursor);
     check_contract(&src, &q, &hits, skips);
     assert_eq!(c.exhaustive_rounds, 1);
@@ -228,7 +228,7 @@ fn relaxed_order_returns_every_row_once_including_late_finds() {
         };
         let mut cursor = SearchCursor::new(&mut src, &q, params).unwrap();
         let hits = drain(&mut cursor);
-        let c = *cursor.counters();
+        let c = cursor.counters();
         drop(cursor);
         let mut seen = HashSet::default();
         for h in &hits {

@@ -114,6 +114,12 @@ pub trait IndexSource {
     fn is_empty(&self) -> bool {
         false
     }
+    /// Bytes this source's reads have taken from the page cache so far (cumulative; sources
+    /// that do not read files report 0). A cursor reports the difference as
+    /// `page_cache_bytes`.
+    fn page_cache_bytes(&self) -> u64 {
+        0
+    }
     /// Reads edge pages `pages` into `out` (`pages.len() * edge_layout().page_size()` bytes) as
     /// one batch.
     fn read_edge_pages(&mut self, pages: &[u32], out: &mut [u8]) -> io::Result<u64>;
@@ -288,6 +294,8 @@ pub struct SearchCursor<'a, S: IndexSource> {
     phase: Phase,
     first_min_window: Option<usize>,
     counters: SearchCounters,
+    /// The source's [`IndexSource::page_cache_bytes`] when the cursor started.
+    page_cache_start: u64,
     page_buf: Vec<u8>,
     frontier: Vec<VertexId>,
     lists: HashMap<VertexId, (EdgeLocation, Vec<VertexId>)>,
@@ -314,6 +322,7 @@ impl<'a, S: IndexSource> SearchCursor<'a, S> {
             prepare_query(source.metric(), source.dim(), query)?
         };
         let table = source.pq_table(&query);
+        let page_cache_start = source.page_cache_bytes();
         Ok(SearchCursor {
             source,
             list: CandidateList::with_capacity(params.list),
@@ -337,6 +346,7 @@ impl<'a, S: IndexSource> SearchCursor<'a, S> {
             phase: if empty { Phase::Done } else { Phase::Graph },
             first_min_window: None,
             counters: SearchCounters::one_query(),
+            page_cache_start,
             page_buf: Vec::new(),
             frontier: Vec::new(),
             lists: HashMap::default(),
@@ -345,8 +355,11 @@ impl<'a, S: IndexSource> SearchCursor<'a, S> {
     }
 
     /// Work done so far by this query.
-    pub fn counters(&self) -> &SearchCounters {
-        &self.counters
+    pub fn counters(&self) -> SearchCounters {
+        SearchCounters {
+            page_cache_bytes: self.source.page_cache_bytes() - self.page_cache_start,
+            ..self.counters
+        }
     }
 
     /// Passes run so far (1 after the first results), exhaustive rounds included.
@@ -546,7 +559,7 @@ pub fn search<S: IndexSource>(
 ) -> io::Result<(Vec<SearchHit>, SearchCounters)> {
     let mut cursor = SearchCursor::new(source, query, params)?;
     let hits = cursor.next_batch(params.k)?;
-    Ok((hits, *cursor.counters()))
+    Ok((hits, cursor.counters()))
 }
 
 #[cfg(test)]

@@ -140,7 +140,7 @@ impl Index {
         let mut cursor = SearchCursor::new(reader, vector, search)?;
         cursor.run_first_pass()?;
         let mut report = InsertReport {
-            search: *cursor.counters(),
+            search: cursor.counters(),
             calibration_sample: cursor.calibration_sample(),
             ..InsertReport::default()
         };
