@@ -65,6 +65,7 @@ fn search_all(rel: &RelationIndex, queries: &[f32], list: usize) -> Vec<Vec<Sear
         queue_depth: 64,
         backend: BackendChoice::Auto,
         direct: false,
+        probe_page_cache: true,
     };
     let mut reader = rel.reader(options).unwrap();
     queries
@@ -284,6 +285,7 @@ fn report_partitioned_recall_on_a_dataset() {
         queue_depth: 64,
         backend: BackendChoice::Auto,
         direct: false,
+        probe_page_cache: true,
     };
     let measure = |rel: &RelationIndex, label: &str| {
         for list in [20, 40, 80] {

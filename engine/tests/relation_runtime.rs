@@ -93,6 +93,7 @@ fn runtime_copy_searches_like_the_relation_and_is_shared() {
             queue_depth: 64,
             backend: BackendChoice::Auto,
             direct: true,
+            probe_page_cache: true,
         };
         let mut rel_reader = rel.reader(options).unwrap();
         let expected: Vec<Vec<VertexId>> = queries

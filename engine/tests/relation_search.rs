@@ -79,11 +79,14 @@ fn relation_search_matches_brute_force_and_the_side_file_layout() {
             side_counters.merge(&c);
             side_hits.push(h);
         }
-        for direct in [true, false] {
+        // O_DIRECT with and without the page-cache probe, and buffered reads: the same answers
+        let mut answers: Vec<Vec<Vec<(u32, f32)>>> = Vec::new();
+        for (direct, probe) in [(true, false), (true, true), (false, false)] {
             let options = IoOptions {
                 queue_depth: 64,
                 backend: BackendChoice::Auto,
                 direct,
+                probe_page_cache: probe,
             };
             let mut reader = rel.reader(options).unwrap();
             let mut hits = Vec::new();
@@ -117,7 +120,28 @@ fn relation_search_matches_brute_force_and_the_side_file_layout() {
             if list >= 40 {
                 assert!(r_rel >= 0.9, "L={list}: recall@10 {r_rel}");
             }
+            // The relation file was just written through the page cache: with the probe, reads
+            // come from there (unless the file system cannot read without waiting, or O_DIRECT
+            // was refused and every read is buffered anyway); without it, none is counted so.
+            if probe && reader.is_direct() {
+                assert!(
+                    counters.page_cache_bytes > 0 || !reader.probes_page_cache(),
+                    "L={list}: no read served from the page cache"
+                );
+            } else {
+                assert_eq!(counters.page_cache_bytes, 0);
+            }
+            assert!(counters.page_cache_bytes <= counters.bytes_read);
+            answers.push(
+                hits.iter()
+                    .map(|h| h.iter().map(|x| (x.id, x.distance)).collect())
+                    .collect(),
+            );
         }
+        assert!(
+            answers.windows(2).all(|w| w[0] == w[1]),
+            "L={list}: answers differ between read paths"
+        );
     }
 }
 
@@ -149,6 +173,7 @@ fn empty_and_one_row_relations_open_and_search() {
                 queue_depth: 8,
                 backend: BackendChoice::Auto,
                 direct: true,
+                probe_page_cache: true,
             })
             .unwrap();
         let (hits, _) = rel

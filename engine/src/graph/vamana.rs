@@ -454,7 +454,7 @@ impl<'a> Builder<'a> {
 
     /// Asks the CPU to start loading v's vector into cache; see `greedy_search_prefetching`.
     fn prefetch_vector(&self, v: VertexId) {
-        prefetch_floats(self.vector(v));
+        crate::prefetch::floats(self.vector(v));
     }
 
     /// The distance RobustPrune uses; see [`prune_metric`].
@@ -510,7 +510,7 @@ impl<'a> Builder<'a> {
                 self.build_list,
                 &mut s.search,
                 |v, out| self.read_list(v, out),
-                |v| prefetch_bytes(q.row(v)),
+                |v| crate::prefetch::bytes(q.row(v)),
                 |v| q.l2_squared(p, v),
             ),
             None => greedy_search_prefetching(
@@ -588,7 +588,7 @@ impl<'a> Builder<'a> {
         // so they are prefetched a few rows ahead as in the greedy search.
         let prefetch = |u: VertexId| {
             if let Some(q) = &self.approx {
-                prefetch_bytes(q.row(u));
+                crate::prefetch::bytes(q.row(u));
             }
         };
         s.list
@@ -643,37 +643,6 @@ impl<'a> Builder<'a> {
         adjacency.reverse();
         Graph { adjacency, medoid }
     }
-}
-
-/// [`prefetch_floats`] for a quantized row.
-#[inline]
-fn prefetch_bytes(values: &[u8]) {
-    prefetch_lines(values.as_ptr() as usize, values.len());
-}
-
-/// Hints that `values` will be read soon: one prefetch per 64-byte cache line.
-#[inline]
-fn prefetch_floats(values: &[f32]) {
-    prefetch_lines(values.as_ptr() as usize, std::mem::size_of_val(values));
-}
-
-#[inline]
-fn prefetch_lines(start: usize, len: usize) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        const LINE: usize = 64;
-        let end = start + len;
-        let mut line = start & !(LINE - 1);
-        while line < end {
-            // SAFETY: a prefetch is only a hint; it never faults, even on an invalid address,
-            // and these lines belong to `values` anyway.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(line as *const i8) };
-            line += LINE;
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (start, len);
 }
 
 /// The distance the build prunes with. Searches always rank by `metric`; for inner

@@ -164,6 +164,12 @@ impl IndexSource for DiskReader<'_> {
         self.index.pq.query_table(query)
     }
 
+    fn prefetch_pq_code(&self, v: VertexId) {
+        if let Some(code) = self.index.files.pq_code(v) {
+            crate::prefetch::bytes(code);
+        }
+    }
+
     fn pq_distance(&self, table: &Self::PqTable, v: VertexId) -> f32 {
         self.index
             .files

@@ -153,6 +153,12 @@ impl RelationReader<'_> {
     pub fn is_direct(&self) -> bool {
         self.io.is_direct()
     }
+
+    /// Whether O_DIRECT reads try the page cache first (on, unless the options or the file
+    /// system said no).
+    pub fn probes_page_cache(&self) -> bool {
+        self.io.probes_page_cache()
+    }
 }
 
 fn data_error(e: impl std::fmt::Display) -> io::Error {
@@ -184,6 +190,18 @@ impl IndexSource for RelationReader<'_> {
 
     fn pq_table(&self, query: &[f32]) -> Self::PqTable {
         self.index.pq.query_table(query)
+    }
+
+    fn prefetch_pq_code(&self, v: VertexId) {
+        let pq_bytes = self.index.meta.pq_bytes as usize;
+        if let Some(code) = self
+            .index
+            .image
+            .codes
+            .get(v as usize * pq_bytes..(v as usize + 1) * pq_bytes)
+        {
+            crate::prefetch::bytes(code);
+        }
     }
 
     fn pq_distance(&self, table: &Self::PqTable, v: VertexId) -> f32 {

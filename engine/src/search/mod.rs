@@ -96,6 +96,9 @@ pub trait IndexSource {
     fn entry(&self, v: VertexId) -> Option<IndirEntry>;
     fn pq_table(&self, query: &[f32]) -> Self::PqTable;
     fn pq_distance(&self, table: &Self::PqTable, v: VertexId) -> f32;
+    /// A hint that `pq_distance` of `v` follows soon: sources with codes in memory start
+    /// loading its cache lines.
+    fn prefetch_pq_code(&self, _v: VertexId) {}
     /// Entry points for `query` from the entrance graph, closest first; adds the distances it
     /// computed to `counters.entrance_distances`.
     fn entry_points(
@@ -330,7 +333,13 @@ impl<'a, S: IndexSource> SearchCursor<'a, S> {
             params,
             query,
             table,
-            visited: HashSet::default(),
+            // A first pass scores about 25-30 vertices per list entry (Fashion-MNIST: 547 at
+            // L = 20, 1,082 at L = 80); sized once, the set never rehashes in it (rehashing
+            // was 1.6% of a search backend's time in memory).
+            visited: HashSet::with_capacity_and_hasher(
+                params.list.saturating_mul(32).min(1 << 16),
+                Default::default(),
+            ),
             loaded: LoadedVectors::default(),
             due: BTreeSet::new(),
             margin: 0.0,
@@ -481,9 +490,13 @@ impl<'a, S: IndexSource> SearchCursor<'a, S> {
 
     /// PQ-scores a newly seen vertex and offers it to the list.
     fn score(&mut self, v: VertexId) {
-        if !self.visited.insert(v) {
-            return;
+        if self.visited.insert(v) {
+            self.score_unvisited(v);
         }
+    }
+
+    /// [`SearchCursor::score`] for a vertex already entered in the visited set.
+    fn score_unvisited(&mut self, v: VertexId) {
         let d = self.source.pq_distance(&self.table, v);
         self.counters.pq_distances += 1;
         if let Some(out) = self.list.insert(v, d) {

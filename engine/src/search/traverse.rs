@@ -106,8 +106,15 @@ impl<S: IndexSource> SearchCursor<'_, S> {
             }
         }
         self.page_buf = page_buf;
+        // Unseen neighbours first, with a prefetch of each one's PQ code, then their
+        // distances: the codes' cache misses (the first load of a code was 42% of the hop in
+        // a perf annotate in memory) overlap instead of coming one after another.
+        neighbours.retain(|&u| self.visited.insert(u));
+        for &u in &neighbours {
+            self.source.prefetch_pq_code(u);
+        }
         for u in neighbours {
-            self.score(u);
+            self.score_unvisited(u);
         }
         Ok(())
     }
