@@ -38,10 +38,10 @@ CREATE  FUNCTION "navis_index_stats"(
 	"cached_window_pages" bigint,  /* i64 */
 	"rerank_vector_loads" bigint,  /* i64 */
 	"bytes_read" bigint,  /* i64 */
-	"page_cache_bytes" bigint,  /* i64 */
 	"resumes" bigint,  /* i64 */
 	"built_rows" bigint,  /* i64 */
-	"retired_bytes" bigint  /* i64 */
+	"retired_bytes" bigint,  /* i64 */
+	"page_cache_bytes" bigint  /* i64 */
 )
 STRICT VOLATILE PARALLEL UNSAFE
 LANGUAGE c /* Rust */

@@ -81,10 +81,12 @@ fn navis_index_stats(
         name!(cached_window_pages, i64),
         name!(rerank_vector_loads, i64),
         name!(bytes_read, i64),
-        name!(page_cache_bytes, i64),
         name!(resumes, i64),
         name!(built_rows, i64),
         name!(retired_bytes, i64),
+        // New columns go last: a database not yet updated keeps an older declaration of this
+        // function, which reads the leading columns by position.
+        name!(page_cache_bytes, i64),
     ),
 > {
     let row = with_index(index.oid(), |rel| {
@@ -128,13 +130,13 @@ fn navis_index_stats(
             resident.1 as i64,
             c.rerank_vector_loads as i64,
             c.bytes_read as i64,
-            c.page_cache_bytes as i64,
             c.resumes as i64,
             m.vertex_count as i64,
             // Blocks of earlier builds an online rebuild left behind (regrow.rs).
             open::read_meta(rel).map_or(0, |meta| {
                 (meta.first_block.saturating_sub(1)) as i64 * relstore::BLOCK_SIZE as i64
             }),
+            c.page_cache_bytes as i64,
         )
     });
     TableIterator::once(row)

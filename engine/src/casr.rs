@@ -148,9 +148,13 @@ pub fn rerank(
         ..Rerank::default()
     };
     let mut top = TopK::new(k);
-    let mut buffer = Vec::with_capacity(window.min(n) * dim);
+    // The first batch is K + w: while the top-K fills, every load is a change, so the rule
+    // reaches position K + w whatever the distances are. Loading it at once reads exactly the
+    // vectors a first batch of w would lead to, in one round trip instead of about K / w + 1
+    // (with K = 10, w = 8: one device wait instead of three out of memory).
+    let mut want = k.saturating_add(window).min(n);
+    let mut buffer = Vec::with_capacity(want * dim);
     let mut issued = 0;
-    let mut want = window.min(n);
     while want > issued {
         let batch = &sorted[issued..want];
         buffer.clear();
@@ -379,7 +383,9 @@ pub fn rerank_rule(
     loop {
         // How far the loads must go before the rule may stop: the rule is checked at each
         // position in turn, so the nearest requirement among the OR-ed signals decides.
-        let window_need = rule.window.map(|w| out.last_change() + w);
+        // While the top-K fills every load is a change, so the window needs at least K + w
+        // (as in [`rerank`], whose first batch that is).
+        let window_need = rule.window.map(|w| out.last_change().max(k) + w);
         let ratio_need = rule.pq_ratio.map(|c| {
             if top.items.len() < k {
                 // Still filling: the first K are needed whatever the PQ distances say.
@@ -498,10 +504,10 @@ mod tests {
         assert_eq!(r.change_positions, vec![1, 2, 4]);
         // last change 4 + w 3 = 7 loads; the 0.5 at position 9 is beyond convergence.
         assert_eq!(r.loads(), 7);
-        // First window [0,3); after it last change is 2 -> want 5: batch [3,5); the change at 4
-        // extends want to 7: batch [5,7); no change there, so stop.
-        assert_eq!(r.batches, vec![3, 2, 2]);
-        assert_eq!(f.calls, vec![vec![0, 1, 2], vec![3, 4], vec![5, 6]]);
+        // First batch K + w = 5 ([0,5)); the change at 4 extends want to 7: batch [5,7); no
+        // change there, so stop.
+        assert_eq!(r.batches, vec![5, 2]);
+        assert_eq!(f.calls, vec![vec![0, 1, 2, 3, 4], vec![5, 6]]);
         let top: Vec<VertexId> = r.sorted_by_exact().iter().take(2).map(|p| p.0).collect();
         assert_eq!(top, vec![3, 0]);
     }
@@ -514,14 +520,45 @@ mod tests {
         let r = f.run(1, RerankPolicy::Window(2));
         assert_eq!(r.change_positions, vec![1, 2, 3, 4, 5]);
         assert_eq!(r.loads(), 5);
-        assert_eq!(r.batches, vec![2, 2, 1]);
+        assert_eq!(r.batches, vec![3, 2]);
 
-        // Top-1 settles at the first load: exactly 1 + w loads, the last as a batch of its own.
+        // Top-1 settles at the first load: exactly 1 + w loads, all in the first batch.
         let dist = [1.0, 8.0, 7.0, 6.0, 5.0];
         let mut f = Fixture::new(&dist);
         let r = f.run(1, RerankPolicy::Window(2));
         assert_eq!(r.loads(), 3);
-        assert_eq!(r.batches, vec![2, 1]);
+        assert_eq!(r.batches, vec![3]);
+    }
+
+    #[test]
+    fn batched_loads_equal_one_at_a_time_loads() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+        for _ in 0..500 {
+            let n = rng.gen_range(0..60);
+            let dist: Vec<f32> = (0..n).map(|_| rng.gen_range(0.0..100.0)).collect();
+            let (k, w) = (rng.gen_range(1..12), rng.gen_range(1..16));
+            // Reference: one vector at a time, stopping once w loads passed without a change.
+            let mut top: Vec<(f32, u32)> = Vec::new();
+            let (mut loads, mut last_change) = (0, 0);
+            while loads < n && loads < last_change + w {
+                let d = dist[loads];
+                loads += 1;
+                if top.len() < k || d < top[k - 1].0 {
+                    top.push((d, loads as u32 - 1));
+                    top.sort_by(|a, b| a.0.total_cmp(&b.0));
+                    top.truncate(k);
+                    last_change = loads;
+                }
+            }
+            let r = Fixture::new(&dist).run(k, RerankPolicy::Window(w));
+            assert_eq!(r.loads(), loads, "n {n} k {k} w {w}");
+            let mut ids: Vec<u32> = r.sorted_by_exact().iter().map(|p| p.0).take(k).collect();
+            let mut want: Vec<u32> = top.iter().map(|t| t.1).collect();
+            ids.sort_unstable();
+            want.sort_unstable();
+            assert_eq!(ids, want, "n {n} k {k} w {w}");
+        }
     }
 
     #[test]
@@ -532,7 +569,7 @@ mod tests {
         // Sorted input: changes exactly at 1..=4, so K + w = 6 loads.
         assert_eq!(r.change_positions, vec![1, 2, 3, 4]);
         assert_eq!(r.loads(), 6);
-        assert_eq!(r.batches, vec![2, 2, 2]);
+        assert_eq!(r.batches, vec![6], "K + w in one batch");
     }
 
     #[test]

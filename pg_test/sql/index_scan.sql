@@ -138,8 +138,15 @@ FROM pg_statio_user_indexes WHERE indexrelname = 'c_l2';
 -- reads under O_DIRECT are tried from the kernel's page cache first (engine page_cache.rs): the
 -- index was just written through smgr, so its pages are cached and its scans' reads are served
 -- from there, counted in page_cache_bytes as a part of bytes_read
+SET enable_seqscan = off;
 SELECT bytes_read AS bytes_before, page_cache_bytes AS cached_before FROM navis_index_stats('c_l2') \gset
 SELECT count(*) FROM (SELECT id FROM c ORDER BY embedding <-> (SELECT embedding FROM f WHERE id = 6) LIMIT 10) s;
 SELECT page_cache_bytes - :cached_before > 0 AS served_from_page_cache,
        page_cache_bytes - :cached_before <= bytes_read - :bytes_before AS part_of_bytes_read
 FROM navis_index_stats('c_l2');
+RESET enable_seqscan;
+-- pg_prewarm reads every block of a navis index (how a DBA brings an index that fits in memory
+-- back into the page cache after a reboot: README, RFC 0006)
+CREATE EXTENSION pg_prewarm;
+SELECT pg_prewarm('c_l2', 'read') = pg_relation_size('c_l2') / 8192 AS prewarmed_every_block;
+DROP EXTENSION pg_prewarm;
