@@ -1,12 +1,14 @@
 # Cluster test of navis's wait events (issue 16 part 1), sourced by run_cluster_tests.sh.
 
-# While one session runs unbounded scans (exhaustive rounds read every vector page with
-# O_DIRECT), another samples pg_stat_activity: the scanning backend is seen waiting on
-# IO / DataFileRead, as a backend reading any relation's data file is.
+# While one session runs unbounded scans (exhaustive rounds read every vector page), another
+# samples pg_stat_activity: the scanning backend is seen waiting on IO / DataFileRead, as a
+# backend reading any relation's data file is. The index is evicted from the page cache first
+# (as after a reboot): reads the page cache serves do not wait (RFC 0006).
 test_wait_events_show_navis_reads() {
   sql -c "CREATE TABLE we (id int PRIMARY KEY, v real[])"
   load_fmnist we 1 10000
   sql -c "CREATE INDEX we_v ON we USING navis (v) WITH (max_degree = 32, build_list = 64)"
+  sql -c "CHECKPOINT" -c "SELECT navis_test_drop_page_cache('we_v'::regclass)" >/dev/null
   ( val "SET enable_seqscan = off; SET navis.max_scan_tuples = 1000000;
          SELECT count(*) FROM generate_series(1, 6) g, LATERAL (SELECT id FROM we
            ORDER BY v <-> (SELECT v FROM fm_src WHERE id = g * 7) OFFSET 0) s /* navis_wait_probe */" >/dev/null ) &
@@ -26,6 +28,31 @@ test_wait_events_show_navis_reads() {
   local n=${seen%% *}
   [ -n "$n" ] && [ "$n" -ge 1 ] || { fail wait_events_show_navis_reads "the scanning backend was never seen in DataFileRead ($seen samples)"; return; }
   echo "ok       wait_events_show_navis_reads (IO/DataFileRead in $seen samples of pg_stat_activity during unbounded scans)"
+}
+
+# Reads come from the page cache while it holds the index (just built), from the device with
+# O_DIRECT once the kernel dropped it (which O_DIRECT misses do not undo), and from the page
+# cache again after pg_prewarm reads the index back (RFC 0006). Each probe is a new backend
+# running 100 ordered scans; it reports the share of its bytes read that the page cache served.
+test_page_cache_serves_reads_until_evicted() {
+  sql -c "CREATE TABLE pc (id int PRIMARY KEY, v real[])"
+  load_fmnist pc 1 3000
+  sql -c "CREATE INDEX pc_v ON pc USING navis (v)" >/dev/null
+  share() {
+    val "SET enable_seqscan = off;
+         SELECT count(*) FROM fm_q q, LATERAL (SELECT id FROM pc ORDER BY v <-> q.v LIMIT 10) n;
+         SELECT round(page_cache_bytes::numeric / greatest(bytes_read, 1), 2) FROM navis_index_stats('pc_v')" | tail -1
+  }
+  local fresh evicted again
+  fresh=$(share)
+  sql -c "CHECKPOINT" -c "SELECT navis_test_drop_page_cache('pc_v'::regclass)" >/dev/null
+  evicted=$(share)
+  sql -c "CREATE EXTENSION IF NOT EXISTS pg_prewarm" -c "SELECT pg_prewarm('pc_v', 'read')" >/dev/null
+  again=$(share)
+  sql -c "DROP TABLE pc" -c "DROP EXTENSION pg_prewarm" >/dev/null
+  awk -v a="$fresh" -v b="$evicted" -v c="$again" 'BEGIN { exit !(a >= 0.9 && b <= 0.1 && c >= 0.9) }' ||
+    { fail page_cache_serves_reads_until_evicted "page-cache share of bytes read: fresh '$fresh', evicted '$evicted', prewarmed '$again'"; return; }
+  echo "ok       page_cache_serves_reads_until_evicted (share of bytes read from the page cache: $fresh just built, $evicted evicted, $again after pg_prewarm)"
 }
 
 # pg_stat_statements (preloaded next to navis for this test) sees navis's page reads and

@@ -133,3 +133,24 @@ fn navis_test_relation_digest(table: pg_sys::Oid) -> String {
     unsafe { pg_sys::table_close(rel, pg_sys::AccessShareLock as i32) };
     d
 }
+
+/// Drops the page-cache copy of every segment file of `index`'s main fork (the caller runs
+/// CHECKPOINT first, so that no page is dirty): a cold cache as after a reboot, for the tests
+/// of reads that the page cache does not serve (RFC 0006). Returns the files advised.
+#[pg_extern]
+fn navis_test_drop_page_cache(index: pg_sys::Oid) -> i32 {
+    // SAFETY: opened and closed here under a lock that keeps the relation in place.
+    let rel = unsafe { pg_sys::index_open(index, pg_sys::AccessShareLock as i32) };
+    let mut files = 0;
+    for segment in 0.. {
+        let path = crate::relstore::segment_path(rel, segment);
+        if !path.exists() {
+            break;
+        }
+        navis_engine::page_cache::evict(&path).unwrap_or_else(|e| fail(e));
+        files += 1;
+    }
+    // SAFETY: opened above.
+    unsafe { pg_sys::index_close(rel, pg_sys::AccessShareLock as i32) };
+    files
+}
