@@ -23,7 +23,7 @@ test_grow_from_empty_concurrently() {
   done
   local p
   for p in "${pids[@]}"; do
-    wait "$p" || { fail grow_from_empty_concurrently "an inserting session failed: $(grep -h ERROR "$DIR"/grow-*.log | head -2)"; cluster_stop "$sdir"; return; }
+    wait "$p" || { fail grow_from_empty_concurrently "an inserting session failed: $(grep -h -A1 ERROR "$DIR"/grow-*.log | head -4)"; cluster_stop "$sdir"; return; }
   done
   local rows; rows=$(val "SELECT count(*) FROM ge")
   [ "$rows" = 3000 ] || { fail grow_from_empty_concurrently "$rows rows committed"; cluster_stop "$sdir"; return; }

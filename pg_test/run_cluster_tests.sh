@@ -105,7 +105,7 @@ test_concurrent_inserts_and_searches() {
       done; echo "$n searches" ) >"$DIR/search-$s.log" 2>&1 &
     searchers+=($!)
   done
-  for p in "${pids[@]}"; do wait "$p" || { rm -f "$DIR/inserting"; fail concurrent_inserts "an inserting session failed: $(cat "$DIR"/ins-*.log | grep -m1 ERROR)"; return; }; done
+  for p in "${pids[@]}"; do wait "$p" || { rm -f "$DIR/inserting"; fail concurrent_inserts "an inserting session failed: $(cat "$DIR"/ins-*.log | grep -m1 -A1 ERROR)"; return; }; done
   rm -f "$DIR/inserting"
   for p in "${searchers[@]}"; do wait "$p" || { fail concurrent_inserts "a searching session failed: $(cat "$DIR"/search-*.log | tail -1)"; return; }; done
   local rows expected; rows=$(val "SELECT count(*) FROM ci")
@@ -206,7 +206,7 @@ test_cache_shared_across_backends() {
       done ) >"$DIR/cache-search-$s.log" 2>&1 &
     searchers+=($!)
   done
-  for p in "${pids[@]}"; do wait "$p" || { rm -f "$DIR/cache-inserting"; fail cache "an inserting session failed: $(cat "$DIR"/cache-ins-*.log | grep -m1 ERROR)"; return; }; done
+  for p in "${pids[@]}"; do wait "$p" || { rm -f "$DIR/cache-inserting"; fail cache "an inserting session failed: $(cat "$DIR"/cache-ins-*.log | grep -m1 -A1 ERROR)"; return; }; done
   rm -f "$DIR/cache-inserting"
   for p in "${searchers[@]}"; do wait "$p" || { fail cache "a searching session failed: $(cat "$DIR"/cache-search-*.log | tail -1)"; return; }; done
   local stats; stats=$(val "SELECT string_agg(name || '=' || value, ' ' ORDER BY name) FROM navis_cache_stats

@@ -281,13 +281,22 @@ pub fn open_index(index: pg_sys::Relation) -> Rc<OpenIndex> {
     if standby && !had_copy {
         if let Some(generation) = runtime::newest_standby_copy(&key) {
             let older = CopyKey { generation, ..key };
-            let candidate = Rc::new(reopen(index, older, shared));
-            if crate::standby::bring_forward(index, &candidate, &meta, shared, key.generation) {
-                (key, open) = (older, Some(candidate));
+            // (a standby never takes the growth lock, so it always opens what it read)
+            if let Some(candidate) = reopen(index, older, shared).map(Rc::new) {
+                if crate::standby::bring_forward(index, &candidate, &meta, shared, key.generation) {
+                    (key, open) = (older, Some(candidate));
+                }
             }
         }
     }
-    let open = open.unwrap_or_else(|| Rc::new(reopen(index, key, shared)));
+    let open = match open {
+        Some(open) => open,
+        None => match reopen(index, key, shared) {
+            Some(open) => Rc::new(open),
+            // A rebuild switched builds since block 0 was read: open the new one.
+            None => return open_index(index),
+        },
+    };
     CACHE.with(|c| {
         let mut c = c.borrow_mut();
         // Other builds, lifetimes and generations of this relfilenode are never used again.
@@ -297,11 +306,13 @@ pub fn open_index(index: pg_sys::Relation) -> Rc<OpenIndex> {
     open
 }
 
+/// Opens the build `key` names from the relation's pages, or `None` when block 0 no longer
+/// names that build (a rebuild switched it after the caller read it).
 fn reopen(
     index: pg_sys::Relation,
     key: CopyKey,
     shared: &'static crate::shmem::NavisShared,
-) -> OpenIndex {
+) -> Option<OpenIndex> {
     let dir = key.dir();
     if !dir.exists() {
         // Buffers PostgreSQL itself filled with bulk pages (CREATE DATABASE ... STRATEGY
@@ -321,11 +332,26 @@ fn reopen(
     }
     let store = Arc::new(PgBufStore::new(index));
     let fork = relstore::segment_path(index, 0);
+    // On a primary the pages are read under the relation extension lock, which every change
+    // of the layout holds (growth of the extent map, a rebuild's switch of block 0): read
+    // without it, a writer growing the relation between the reads of the extent map and of
+    // the indirection pages made an entry name an edge page beyond the map read, and the
+    // open failed as damaged (grow_from_empty_concurrently, concurrent_inserts). Inserts
+    // that need no new pages do not wait; nothing here takes another heavyweight lock.
+    let growth = GrowthLock::take(index, !key.standby);
+    if !key.standby && decode_meta(index).map(|m| m.build_id) != Ok(key.build_id) {
+        return None;
+    }
     let opened =
-        navis_engine::relation::open_index_synced(store.clone(), &fork, &dir, key.generation)
-            .unwrap_or_else(|e| damaged(index, e.to_string()));
-    if !key.standby {
-        let log = PgLog::over(store.clone()).unwrap_or_else(|e| damaged(index, e.to_string()));
+        navis_engine::relation::open_index_synced(store.clone(), &fork, &dir, key.generation);
+    let log = match (&opened, key.standby) {
+        (Ok(_), false) => Some(PgLog::over(store.clone())),
+        _ => None,
+    };
+    drop(growth);
+    let opened = opened.unwrap_or_else(|e| damaged(index, e.to_string()));
+    if let Some(log) = log {
+        let log = log.unwrap_or_else(|e| damaged(index, e.to_string()));
         opened.set_log(Arc::new(log));
     }
     // Edge pages go through the shared NAVIS-Cache, keyed by this build. A hot standby's
@@ -354,7 +380,7 @@ fn reopen(
     }
     // The store is bound per call from now on.
     store.bind(std::ptr::null_mut());
-    OpenIndex {
+    Some(OpenIndex {
         index: opened,
         build_id: key.build_id,
         dir,
@@ -365,6 +391,30 @@ fn reopen(
         scans: Mutex::new(0),
         lock_key,
         spare_reader: RefCell::new(None),
+    })
+}
+
+/// The relation extension lock, held while an open reads the layout and the hot pages.
+/// Released when dropped, and by the transaction's lock cleanup on ERROR.
+struct GrowthLock(Option<pg_sys::Relation>);
+
+impl GrowthLock {
+    fn take(index: pg_sys::Relation, wanted: bool) -> GrowthLock {
+        if wanted {
+            // SAFETY: an open relation; the extension lock is a heavyweight lock that
+            // transaction abort releases.
+            unsafe { pg_sys::LockRelationForExtension(index, pg_sys::ExclusiveLock as i32) };
+        }
+        GrowthLock(wanted.then_some(index))
+    }
+}
+
+impl Drop for GrowthLock {
+    fn drop(&mut self) {
+        if let (Some(index), false) = (self.0, std::thread::panicking()) {
+            // SAFETY: taken in `take` by this backend and not released since.
+            unsafe { pg_sys::UnlockRelationForExtension(index, pg_sys::ExclusiveLock as i32) };
+        }
     }
 }
 

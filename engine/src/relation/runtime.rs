@@ -71,6 +71,9 @@ pub fn open_index_synced(
 /// them. A read that fails is tried again (up to 4 more times, 5-20 ms apart), taking the
 /// layout path as soon as another backend has placed a copy: even the layout read races with
 /// growth (the relation's length is read before the extent map). Real damage fails every try.
+/// A PostgreSQL primary calls this under the relation extension lock, which every layout
+/// change holds, so there the first read is consistent; the retries serve a hot standby,
+/// whose redo changes pages without that lock, and stores with no lock at all.
 fn read_or_make_copy(
     store: &dyn PageStore,
     fork: &Path,
