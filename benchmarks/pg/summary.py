@@ -46,11 +46,12 @@ def main():
     mem = first.get("memory", {})
     limit_bytes = mem.get("memory_limit_bytes")
     limit = f"{limit_bytes / 2**20:.0f} MiB" if limit_bytes else "none"
+    measured = f" (measured {dev['date']})" if ceiling and dev.get("date") else ""
     print(f"## {first.get('dataset', os.path.basename(out))}, regime {regime}\n")
     print(f"Regime: {mem.get('regime', regime)}; shared_buffers {mem.get('shared_buffers', '?')}; "
           f"memory limit {limit}; "
           f"navis.cache_size {mem.get('navis_cache_size', '?')}. Device ceiling (fio, QD 64): "
-          f"{f'{ceiling:,.0f} IOPS' if ceiling else 'not measured'}.")
+          f"{f'{ceiling:,.0f} IOPS' if ceiling else 'not measured'}{measured}.")
     if not s["pgvector"] and not i["pgvector"]:
         print("\npgvector is not installed here: navis alone.")
     builds = {k: load(f"{out}/build-{k}.json") for k in ("navis", "pgvector")}
