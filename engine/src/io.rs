@@ -126,6 +126,9 @@ pub struct IoStats {
     pub cached_reads: u64,
     /// Of `bytes`, those of `cached_reads`.
     pub cached_bytes: u64,
+    /// Misses after which the page cache was asked to read the range back
+    /// ([`crate::page_cache`]: an index that mostly fits in memory).
+    pub refills: u64,
 }
 
 /// One read of a batch: `buf.len()` bytes at `offset`, of which the first `needed` must

@@ -19,6 +19,16 @@
 //! When probes keep missing (an index larger than memory), only one request in
 //! [`SPARSE_EVERY`] is tried, so the cost stays negligible while the reader keeps learning;
 //! a window with hits again turns probing back on for every request.
+//!
+//! When nearly every probe hits (the index fits in memory), a miss is a hole the kernel made
+//! in a cached index: memory pressure from elsewhere, or proactive reclaim (measured on this
+//! project's VMs: DAMON's `pageout` scheme drops page-cache regions untouched for a while,
+//! 2 MiB at a time, with 22 GiB free). O_DIRECT misses never bring pages back, so such a hole
+//! would cost a device read on every later visit, for good. So in a window where at least
+//! [`REFILL_FROM_HITS`] of [`WINDOW`] probes hit, each miss also asks the kernel to read its
+//! range into the page cache in the background (`POSIX_FADV_WILLNEED`, which does not wait
+//! for the I/O); the O_DIRECT read still serves the request. Out of memory the hit rate is
+//! far below that, and misses leave the page cache alone as before.
 
 use crate::io::{IoStats, ReadReq};
 use std::fs::File;
@@ -31,12 +41,17 @@ const WINDOW: u32 = 64;
 const SPARSE_BELOW_HITS: u32 = 4;
 /// In sparse mode, one request in this many is probed.
 pub const SPARSE_EVERY: u32 = 16;
+/// A window with at least this many hits makes the next window's misses refill the page
+/// cache (3/4 of the probes: an index that mostly fits in memory).
+const REFILL_FROM_HITS: u32 = WINDOW * 3 / 4;
 
 /// Per-reader state of the page-cache probe.
 #[derive(Debug)]
 pub(crate) struct PageCacheProbe {
     enabled: bool,
     sparse: bool,
+    /// Misses ask the kernel to read their range into the page cache (module documentation).
+    refill: bool,
     window_tries: u32,
     window_hits: u32,
     countdown: u32,
@@ -57,6 +72,7 @@ impl PageCacheProbe {
         PageCacheProbe {
             enabled,
             sparse: false,
+            refill: false,
             window_tries: 0,
             window_hits: 0,
             countdown: 0,
@@ -89,6 +105,7 @@ impl PageCacheProbe {
         self.window_hits += u32::from(hit);
         if self.window_tries == WINDOW {
             self.sparse = self.window_hits < SPARSE_BELOW_HITS;
+            self.refill = self.window_hits >= REFILL_FROM_HITS;
             self.window_tries = 0;
             self.window_hits = 0;
         }
@@ -142,6 +159,10 @@ impl PageCacheProbe {
                     buffered.swap_remove(i);
                 }
                 Probe::Miss => {
+                    if self.refill {
+                        refill(buffered[i], req.offset, req.buf.len());
+                        stats.refills += 1;
+                    }
                     self.record(false);
                     i += 1;
                 }
@@ -152,6 +173,16 @@ impl PageCacheProbe {
             }
         }
     }
+}
+
+/// Starts reading `len` bytes at `offset` of `file` into the page cache without waiting for
+/// them. Advice only: an error changes nothing the caller relies on, so it is ignored.
+fn refill(file: &File, offset: u64, len: usize) {
+    let (Ok(offset), Ok(len)) = (i64::try_from(offset), i64::try_from(len)) else {
+        return;
+    };
+    // SAFETY: a plain system call on a live descriptor; it touches no memory of ours.
+    unsafe { libc::posix_fadvise(file.as_raw_fd(), offset, len, libc::POSIX_FADV_WILLNEED) };
 }
 
 /// Asks the kernel to drop the clean cached pages of the file at `path` (dirty ones stay until
@@ -338,6 +369,71 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(50));
             assert_eq!(all_cached(&file, 0, 4096), Some(false));
         }
+    }
+
+    #[test]
+    fn a_hole_in_a_cached_file_is_refilled_in_the_background() {
+        let pages = WINDOW as usize + 1;
+        let (keep, file) = file_with(&vec![5u8; pages * 4096]);
+        file.sync_all().unwrap();
+        let hole = (pages as u64 - 1) * 4096;
+        // SAFETY: a plain system call on a live descriptor.
+        let rc = unsafe {
+            libc::posix_fadvise(
+                file.as_raw_fd(),
+                hole as i64,
+                4096,
+                libc::POSIX_FADV_DONTNEED,
+            )
+        };
+        assert_eq!(rc, 0);
+        let mut probe = PageCacheProbe::new(true);
+        let mut stats = IoStats::default();
+        let mut buf = vec![0u8; 4096];
+        // A window of hits: the file is cached but for its last page.
+        for page in 0..WINDOW as u64 {
+            let mut reqs = vec![ReadReq {
+                file: &file,
+                offset: page * 4096,
+                buf: &mut buf,
+                needed: 4096,
+            }];
+            probe.serve(&mut reqs, &mut vec![&file], &mut stats);
+            if !probe.is_enabled() || all_cached(&file, hole, 4096) != Some(false) {
+                return; // no probing here, or the kernel did not drop the page: nothing to test
+            }
+        }
+        assert_eq!(stats.cached_reads, WINDOW as u64);
+        let mut reqs = vec![ReadReq {
+            file: &file,
+            offset: hole,
+            buf: &mut buf,
+            needed: 4096,
+        }];
+        probe.serve(&mut reqs, &mut vec![&file], &mut stats);
+        assert_eq!(reqs.len(), 1, "the miss is still read from the device");
+        assert_eq!(stats.refills, 1);
+        let refilled = (0..200).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            all_cached(&file, hole, 4096) == Some(true)
+        });
+        assert!(refilled, "the hole is back in the page cache");
+        drop(keep);
+    }
+
+    #[test]
+    fn only_windows_of_mostly_hits_refill() {
+        let mut probe = PageCacheProbe::new(true);
+        assert!(!probe.refill, "a new reader has seen no hits yet");
+        for i in 0..WINDOW {
+            probe.record(i < REFILL_FROM_HITS);
+        }
+        assert!(probe.refill);
+        for i in 0..WINDOW {
+            probe.record(i < REFILL_FROM_HITS - 1);
+        }
+        assert!(!probe.refill, "one hit short of the threshold");
+        assert!(!probe.sparse);
     }
 
     #[test]
