@@ -71,6 +71,14 @@ source "$ROOT/scripts/lib/cluster.sh"
 # shellcheck source=memlimit.sh
 source "$HERE/memlimit.sh"
 
+# Numbers only mean something for the release build; the test suite installs a debug one.
+installed=$(/usr/lib/postgresql/15/bin/pg_config --pkglibdir)/navis.so
+if ! cmp -s "$installed" "$ROOT/target/release/libnavis.so"; then
+  echo "compare.sh: $installed is not this checkout's release build (the test suite installs a" \
+       "debug build); run: cargo pgrx install --release --pg-config /usr/lib/postgresql/15/bin/pg_config" >&2
+  exit 1
+fi
+
 have_pgvector=0
 [ -f /usr/share/postgresql/15/extension/vector.control ] && have_pgvector=1
 systems=(navis); [ $have_pgvector = 1 ] && systems+=(pgvector)
