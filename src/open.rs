@@ -338,7 +338,7 @@ fn reopen(
     // the indirection pages made an entry name an edge page beyond the map read, and the
     // open failed as damaged (grow_from_empty_concurrently, concurrent_inserts). Inserts
     // that need no new pages do not wait; nothing here takes another heavyweight lock.
-    let growth = GrowthLock::take(index, !key.standby);
+    let growth = (!key.standby).then(|| relstore::ExtensionLock::take(index));
     if !key.standby && decode_meta(index).map(|m| m.build_id) != Ok(key.build_id) {
         return None;
     }
@@ -392,30 +392,6 @@ fn reopen(
         lock_key,
         spare_reader: RefCell::new(None),
     })
-}
-
-/// The relation extension lock, held while an open reads the layout and the hot pages.
-/// Released when dropped, and by the transaction's lock cleanup on ERROR.
-struct GrowthLock(Option<pg_sys::Relation>);
-
-impl GrowthLock {
-    fn take(index: pg_sys::Relation, wanted: bool) -> GrowthLock {
-        if wanted {
-            // SAFETY: an open relation; the extension lock is a heavyweight lock that
-            // transaction abort releases.
-            unsafe { pg_sys::LockRelationForExtension(index, pg_sys::ExclusiveLock as i32) };
-        }
-        GrowthLock(wanted.then_some(index))
-    }
-}
-
-impl Drop for GrowthLock {
-    fn drop(&mut self) {
-        if let (Some(index), false) = (self.0, std::thread::panicking()) {
-            // SAFETY: taken in `take` by this backend and not released since.
-            unsafe { pg_sys::UnlockRelationForExtension(index, pg_sys::ExclusiveLock as i32) };
-        }
-    }
 }
 
 fn new_calibrator(caller: Caller, warmup: i32, percentile: f64) -> WindowCalibrator {

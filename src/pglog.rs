@@ -197,13 +197,9 @@ impl PgLog {
         if let Some(blocks) = known {
             return Ok(blocks);
         }
-        // SAFETY: the extension lock serialises growth with every other backend; it is
-        // released on ERROR by the transaction's lock cleanup.
-        unsafe { pg_sys::LockRelationForExtension(rel, pg_sys::ExclusiveLock as i32) };
-        let grown = self.grow(refs);
-        // SAFETY: taken above.
-        unsafe { pg_sys::UnlockRelationForExtension(rel, pg_sys::ExclusiveLock as i32) };
-        grown
+        // The extension lock serialises growth with every other backend.
+        let _extension = relstore::ExtensionLock::take(rel);
+        self.grow(refs)
     }
 
     /// Under the extension lock: re-reads the layout (another backend may have grown the

@@ -204,10 +204,9 @@ fn fail(index: pg_sys::Relation, e: IndexError) -> ! {
 fn switch_metapage(index: pg_sys::Relation, mut page: Vec<u8>) {
     let needs_wal = wal::relation_needs_wal(index);
     // SAFETY: the buffer is pinned and exclusively locked; the critical section keeps the
-    // changed page from ever lacking its record (log_newpage_buffer stamps the LSN). The
-    // extension lock is released below, or by transaction abort on ERROR.
+    // changed page from ever lacking its record (log_newpage_buffer stamps the LSN).
+    let _extension = relstore::ExtensionLock::take(index);
     unsafe {
-        pg_sys::LockRelationForExtension(index, pg_sys::ExclusiveLock as i32);
         let buf = pg_sys::ReadBuffer(index, 0);
         pg_sys::LockBuffer(buf, pg_sys::BUFFER_LOCK_EXCLUSIVE as i32);
         pg_sys::CritSectionCount += 1;
@@ -219,6 +218,5 @@ fn switch_metapage(index: pg_sys::Relation, mut page: Vec<u8>) {
         }
         pg_sys::CritSectionCount -= 1;
         pg_sys::UnlockReleaseBuffer(buf);
-        pg_sys::UnlockRelationForExtension(index, pg_sys::ExclusiveLock as i32);
     }
 }

@@ -56,6 +56,30 @@ pub fn block_location(block: u32) -> (u32, u64) {
 }
 
 /// Blocks in the main fork.
+/// The relation extension lock of an index, held until dropped: it serialises every change
+/// of the layout (appends, extent-map growth, a rebuild's switch of block 0) and the opens
+/// that read the layout (open.rs). On ERROR the transaction's lock cleanup releases it
+/// instead (the guard does not call PostgreSQL while unwinding).
+pub struct ExtensionLock(pg_sys::Relation);
+
+impl ExtensionLock {
+    pub fn take(rel: pg_sys::Relation) -> ExtensionLock {
+        // SAFETY: an open relation; the extension lock is a heavyweight lock that
+        // transaction abort releases.
+        unsafe { pg_sys::LockRelationForExtension(rel, pg_sys::ExclusiveLock as i32) };
+        ExtensionLock(rel)
+    }
+}
+
+impl Drop for ExtensionLock {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            // SAFETY: taken in `take` by this backend and not released since.
+            unsafe { pg_sys::UnlockRelationForExtension(self.0, pg_sys::ExclusiveLock as i32) };
+        }
+    }
+}
+
 pub fn nblocks(rel: pg_sys::Relation) -> u32 {
     // SAFETY: `rel` is open; smgrnblocks asks the storage manager (cached per relation).
     unsafe {
@@ -72,13 +96,10 @@ pub fn nblocks(rel: pg_sys::Relation) -> u32 {
 /// are stamped with their record's LSN and checksum in place.
 #[cfg_attr(not(any(test, feature = "pg_test")), allow(dead_code))]
 pub fn append_bulk_pages(rel: pg_sys::Relation, pages: &mut [u8]) -> u32 {
-    // SAFETY: the relation extension lock serialises appends with every other extender of
-    // this fork; it is released on ERROR by the transaction's lock cleanup.
-    unsafe { pg_sys::LockRelationForExtension(rel, pg_sys::ExclusiveLock as i32) };
+    // The extension lock serialises appends with every other extender of this fork.
+    let _extension = ExtensionLock::take(rel);
     let first = nblocks(rel);
     write_bulk_pages(rel, first, pages);
-    // SAFETY: taken above.
-    unsafe { pg_sys::UnlockRelationForExtension(rel, pg_sys::ExclusiveLock as i32) };
     first
 }
 

@@ -59,6 +59,14 @@ QUERIES=${QUERIES:-1000} WARMUP=${WARMUP:-200}
 LIMIT_MB=${LIMIT_MB:-384} CACHE_MB=${CACHE_MB:-64}
 HNSW_M=${HNSW_M:-16} HNSW_EFC=${HNSW_EFC:-64} MWM=${MWM:-2GB} PERF=${PERF:-0}
 mkdir -p "$OUT"
+# Numbers only mean something for the release build; the test suite installs a debug one.
+installed=$(/usr/lib/postgresql/15/bin/pg_config --pkglibdir)/navis.so
+if ! cmp -s "$installed" "$ROOT/target/release/libnavis.so"; then
+  echo "compare.sh: $installed is not this checkout's release build (the test suite installs a" \
+       "debug build); run: cargo pgrx install --release --pg-config /usr/lib/postgresql/15/bin/pg_config" >&2
+  exit 1
+fi
+
 # The device ceiling the summary compares reads with: measured now, before any cluster runs, so
 # that it describes the disk as this run finds it (a shared virtual disk varies by the hour).
 FIO=${FIO:-$([ "$REGIME" = b ] && echo 1 || echo 0)}
@@ -70,14 +78,6 @@ fi
 source "$ROOT/scripts/lib/cluster.sh"
 # shellcheck source=memlimit.sh
 source "$HERE/memlimit.sh"
-
-# Numbers only mean something for the release build; the test suite installs a debug one.
-installed=$(/usr/lib/postgresql/15/bin/pg_config --pkglibdir)/navis.so
-if ! cmp -s "$installed" "$ROOT/target/release/libnavis.so"; then
-  echo "compare.sh: $installed is not this checkout's release build (the test suite installs a" \
-       "debug build); run: cargo pgrx install --release --pg-config /usr/lib/postgresql/15/bin/pg_config" >&2
-  exit 1
-fi
 
 have_pgvector=0
 [ -f /usr/share/postgresql/15/extension/vector.control ] && have_pgvector=1
