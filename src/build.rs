@@ -56,7 +56,7 @@ pub unsafe extern "C-unwind" fn ambuildphasename(phase: i64) -> *mut std::ffi::c
         3 => c"sampling",
         4 => c"training PQ",
         5 => c"building graph",
-        6 => c"placing edge lists",
+        6 => c"placing edge lists and training PQ",
         7 => c"building entrance graph",
         8 => c"writing index pages",
         9 => c"partitioning rows (memory-bounded build)",

@@ -20,6 +20,7 @@ pub mod page_cache;
 pub mod pages;
 pub mod placement;
 pub mod pq;
+pub mod pq_training;
 pub mod prefetch;
 pub mod relation;
 pub mod search;

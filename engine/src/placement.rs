@@ -148,6 +148,12 @@ pub fn greedy_placement_with(
         }
         page_of = refiner.page_of;
     }
+    if std::env::var_os("NAVIS_PLACEMENT_HASH").is_some() {
+        let h = page_of.iter().fold(0xcbf29ce484222325u64, |h, &p| {
+            (h ^ p as u64).wrapping_mul(0x100000001b3)
+        });
+        eprintln!("placement hash {h:016x}");
+    }
     Ok(assign_slots(page_of, pages, slots_per_page))
 }
 
@@ -386,6 +392,13 @@ struct Refiner<'g> {
     page_of: Vec<u32>,
     members: Vec<Vec<VertexId>>,
     internal: Vec<i64>,
+    /// Each vertex's weighted degree ([`Incoming::degree`]); the graph does not change while
+    /// pages are refined, and a swap search asks for it once per member of the target page.
+    degree: Vec<i64>,
+    /// Scratch of a swap search: the weight of u's link to each vertex, 0 for non-neighbours.
+    /// Filled from u's links before the search and cleared after it, so finding the weight
+    /// of the link between u and a candidate costs one load instead of a scan of u's links.
+    link_weight: Vec<u8>,
     slots_per_page: usize,
 }
 
@@ -404,18 +417,19 @@ impl<'g> Refiner<'g> {
         let internal = (0..adjacency.len())
             .map(|v| links_to_page(v, page_of[v], adjacency, incoming, &page_of))
             .collect();
+        let degree = (0..adjacency.len())
+            .map(|v| incoming.degree(adjacency, v) as i64)
+            .collect();
         Refiner {
             adjacency,
             incoming,
             page_of,
             members,
             internal,
+            degree,
+            link_weight: vec![0; adjacency.len()],
             slots_per_page,
         }
-    }
-
-    fn links(&self, v: usize) -> impl Iterator<Item = (VertexId, i64)> + '_ {
-        self.incoming.weighted(self.adjacency, v)
     }
 
     /// One pass moving each vertex to the page holding most of its neighbours. When that
@@ -457,13 +471,27 @@ impl<'g> Refiner<'g> {
 
     /// The member of `target` whose exchange with `u` (moving to `target` from `home`, gaining
     /// `gain_u`) gains most, if any exchange gains at all.
-    fn best_swap_partner(&self, u: usize, gain_u: i64, home: u32, target: u32) -> Option<VertexId> {
+    fn best_swap_partner(
+        &mut self,
+        u: usize,
+        gain_u: i64,
+        home: u32,
+        target: u32,
+    ) -> Option<VertexId> {
+        // u's links to itself never count (as in `links_to_page`), so they are not marked.
+        // Weights fit a byte: a vertex lists another at most max_degree (< 1024) times only
+        // in malformed input, so sums saturate rather than wrap; Vamana lists hold each id once.
+        for (v, weight) in self.incoming.weighted(self.adjacency, u) {
+            if v as usize != u {
+                let cell = &mut self.link_weight[v as usize];
+                *cell = cell.saturating_add(weight as u8);
+            }
+        }
         let mut best: Option<(i64, VertexId)> = None;
         for &w in &self.members[target as usize] {
             let wi = w as usize;
-            let degree = self.incoming.degree(self.adjacency, wi) as i64;
             // Upper bound on w's gain: all its outside links would have to point at `home`.
-            if gain_u + degree - 2 * self.internal[wi] <= 0 {
+            if gain_u + self.degree[wi] - 2 * self.internal[wi] <= 0 {
                 continue;
             }
             let gain_w = links_to_page(wi, home, self.adjacency, self.incoming, &self.page_of)
@@ -471,11 +499,14 @@ impl<'g> Refiner<'g> {
             if gain_u + gain_w <= 0 {
                 continue;
             }
-            let between: i64 = self.links(u).filter(|&(v, _)| v == w).map(|l| l.1).sum();
+            let between = self.link_weight[wi] as i64;
             let gain = gain_u + gain_w - 2 * between;
             if gain > 0 && best.is_none_or(|(g, b)| gain > g || (gain == g && w < b)) {
                 best = Some((gain, w));
             }
+        }
+        for (v, _) in self.incoming.weighted(self.adjacency, u) {
+            self.link_weight[v as usize] = 0;
         }
         best.map(|(_, w)| w)
     }

@@ -20,10 +20,11 @@ use std::fmt;
 use std::ops::Range;
 
 use rand::seq::index::sample as sample_indices;
-use rand::{Rng, SeedableRng};
+
 use rand_chacha::ChaCha8Rng;
 
-use crate::kmeans::{self, CentroidTable, KMeansConfig, RowsView};
+use crate::kmeans::CentroidTable;
+pub use crate::pq_training::PqTraining;
 use crate::{Metric, MAX_DIM};
 
 /// Centroids per subspace: a code byte indexes them.
@@ -95,12 +96,12 @@ pub struct ProductQuantizer {
 }
 
 /// Boundaries of `m` contiguous subspaces of `dim` dimensions, the first `dim % m` one wider.
-fn subspace_bounds(dim: usize, m: usize) -> Vec<usize> {
+pub(crate) fn subspace_bounds(dim: usize, m: usize) -> Vec<usize> {
     let (base, wider) = (dim / m, dim % m);
     (0..=m).map(|s| s * base + s.min(wider)).collect()
 }
 
-fn check_shape(dim: usize, pq_bytes: usize) -> Result<(), PqError> {
+pub(crate) fn check_shape(dim: usize, pq_bytes: usize) -> Result<(), PqError> {
     if dim == 0 || dim > MAX_DIM {
         return Err(PqError::BadParameter(format!(
             "PQ needs between 1 and {MAX_DIM} dimensions, got {dim}"
@@ -145,32 +146,9 @@ impl ProductQuantizer {
         metric: Metric,
         config: &PqTrainConfig,
     ) -> Result<Self, PqError> {
-        check_shape(dim, pq_bytes)?;
-        if n.checked_mul(dim) != Some(data.len()) {
-            return Err(PqError::BadInput(format!(
-                "{} training values do not form {n} rows of {dim} dimensions",
-                data.len()
-            )));
-        }
-        if n == 0 {
-            return Err(PqError::BadInput(
-                "PQ training needs at least one row".into(),
-            ));
-        }
-        if config.max_sample == 0 || config.max_iters == 0 {
-            return Err(PqError::BadParameter(
-                "PQ training sample and iterations must be positive".into(),
-            ));
-        }
-        let mut rng = ChaCha8Rng::seed_from_u64(config.seed);
-        let rows = sample_rows(n, config.max_sample, &mut rng);
-        check_rows_finite(data, dim, &rows)?;
-        let bounds = subspace_bounds(dim, pq_bytes);
-        let sample = subspace_major_copy(data, dim, &rows, &bounds);
-        let k = MAX_CENTROIDS.min(rows.len());
-        let seeds: Vec<u64> = (0..pq_bytes).map(|_| rng.gen()).collect();
-        let parts = train_subspaces(&sample, rows.len(), &bounds, k, &seeds, config)?;
-        Ok(Self::assemble(metric, dim, k, bounds, parts.concat()))
+        let job = PqTraining::prepare(data, dim, n, pq_bytes, metric, config)?;
+        job.train_on(config.threads);
+        job.finish()
     }
 
     /// A quantizer from an existing codebook: subspace `s`'s `k` centroids, row-major, at
@@ -209,7 +187,7 @@ impl ProductQuantizer {
         ))
     }
 
-    fn assemble(
+    pub(crate) fn assemble(
         metric: Metric,
         dim: usize,
         k: usize,
@@ -408,7 +386,7 @@ impl ProductQuantizer {
 
 /// Rows to train on, ascending: all of them when there are at most `max_sample`, otherwise a
 /// seeded sample.
-fn sample_rows(n: usize, max_sample: usize, rng: &mut ChaCha8Rng) -> Vec<usize> {
+pub(crate) fn sample_rows(n: usize, max_sample: usize, rng: &mut ChaCha8Rng) -> Vec<usize> {
     if n <= max_sample {
         return (0..n).collect();
     }
@@ -417,7 +395,7 @@ fn sample_rows(n: usize, max_sample: usize, rng: &mut ChaCha8Rng) -> Vec<usize> 
     rows
 }
 
-fn check_rows_finite(data: &[f32], dim: usize, rows: &[usize]) -> Result<(), PqError> {
+pub(crate) fn check_rows_finite(data: &[f32], dim: usize, rows: &[usize]) -> Result<(), PqError> {
     for &r in rows {
         let row = &data[r * dim..(r + 1) * dim];
         if let Some(j) = row.iter().position(|v| !v.is_finite()) {
@@ -435,7 +413,12 @@ fn check_rows_finite(data: &[f32], dim: usize, rows: &[usize]) -> Result<(), PqE
 /// `rows × width_s` matrix at offset `rows · bounds[s]`. k-means then reads each subspace
 /// sequentially; reading it in place from full rows would touch a whole cache line (and
 /// often a new page) per row for a few floats, which made training memory-bound.
-fn subspace_major_copy(data: &[f32], dim: usize, rows: &[usize], bounds: &[usize]) -> Vec<f32> {
+pub(crate) fn subspace_major_copy(
+    data: &[f32],
+    dim: usize,
+    rows: &[usize],
+    bounds: &[usize],
+) -> Vec<f32> {
     let count = rows.len();
     let mut sample = vec![0f32; count * dim];
     for (i, &r) in rows.iter().enumerate() {
@@ -447,56 +430,6 @@ fn subspace_major_copy(data: &[f32], dim: usize, rows: &[usize], bounds: &[usize
         }
     }
     sample
-}
-
-/// Trains every subspace's k-means; subspaces are spread over the threads (each k-means
-/// single-threaded) unless there are fewer subspaces than threads.
-fn train_subspaces(
-    sample: &[f32],
-    rows: usize,
-    bounds: &[usize],
-    k: usize,
-    seeds: &[u64],
-    config: &PqTrainConfig,
-) -> Result<Vec<Vec<f32>>, PqError> {
-    let m = seeds.len();
-    let workers = config.threads.clamp(1, m);
-    let threads_per_kmeans = (config.threads / workers).max(1);
-    let train_one = |s: usize| -> Result<Vec<f32>, PqError> {
-        let block = &sample[rows * bounds[s]..rows * bounds[s + 1]];
-        let view = RowsView::full(block, bounds[s + 1] - bounds[s])
-            .map_err(|e| PqError::BadInput(e.to_string()))?;
-        let mut kconfig = KMeansConfig::new(k, seeds[s]);
-        kconfig.max_iters = config.max_iters;
-        kconfig.threads = threads_per_kmeans;
-        let result =
-            kmeans::train(&view, &kconfig).map_err(|e| PqError::BadInput(e.to_string()))?;
-        Ok(result.centroids)
-    };
-    let mut parts: Vec<Option<Result<Vec<f32>, PqError>>> = (0..m).map(|_| None).collect();
-    std::thread::scope(|scope| {
-        // Worker w trains subspaces w, w + workers, ...: an even share whatever their widths.
-        let handles: Vec<_> = (0..workers)
-            .map(|w| {
-                let train_one = &train_one;
-                scope.spawn(move || {
-                    (w..m)
-                        .step_by(workers)
-                        .map(|s| (s, train_one(s)))
-                        .collect::<Vec<_>>()
-                })
-            })
-            .collect();
-        for handle in handles {
-            for (s, part) in handle.join().expect("PQ training thread panicked") {
-                parts[s] = Some(part);
-            }
-        }
-    });
-    parts
-        .into_iter()
-        .map(|p| p.expect("every subspace was trained"))
-        .collect()
 }
 
 /// Per-query ADC table: `[pq_bytes][256]` distances from each query subvector to each

@@ -14,7 +14,7 @@ use crate::entrance::shared::SharedEntrance;
 use crate::entrance::{EntranceError, EntranceGraph, EntranceParams, DEFAULT_BUILD_LIST};
 use crate::graph::{self, BuildControl, BuildError, VamanaParams};
 use crate::placement::{greedy_placement, identity_placement, overlap_ratio, Placement};
-use crate::pq::ProductQuantizer;
+use crate::pq::{PqTrainConfig, PqTraining, ProductQuantizer};
 use crate::storage::{
     names, BuildInput, BuildParams, EdgePageLayout, HeapTid, IndexWriter, StorageError,
 };
@@ -68,7 +68,10 @@ impl Default for IndexParams {
             metric: Metric::L2,
             dim: None,
             max_degree: 96,
-            build_list: 128,
+            // DiskANN's default L. The NAVIS release's 128 cost a 200K x 384 build 25-30% more
+            // graph time for the same recall@10 at search L = 40 and 1 point more at L = 20
+            // (benchmarks/results/compare.md, 2026-12-04).
+            build_list: 100,
             alpha: 1.2,
             pq_bytes: None,
             entrance_ratio: 0.01,
@@ -163,7 +166,11 @@ pub struct BuildReport {
     pub vertices: usize,
     pub dim: usize,
     pub pq_bytes: usize,
+    /// Phases one after the other, wall-clock time each; their sum is the build's time.
     pub phases: Vec<(BuildPhase, Duration)>,
+    /// Phases that ran at the same time as one of `phases` (PQ training beside placement),
+    /// with their own duration; not part of the total.
+    pub alongside: Vec<(BuildPhase, Duration)>,
     /// Estimated peak bytes, stated before the build started.
     pub memory_estimate: u64,
     /// The process's peak resident set after the build (VmHWM), if readable.
@@ -331,12 +338,6 @@ pub fn build_in_memory<'a>(
     clock.finish(&mut report);
     check()?;
 
-    clock.start(BuildPhase::PqTraining, n as u64);
-    let pq = train_pq(&data, dim, n, pq_bytes, params)?;
-    let codes = pq.encode_batch(&data, params.threads);
-    clock.finish(&mut report);
-    check()?;
-
     // One Vamana pass reports one unit per inserted vertex.
     clock.start(BuildPhase::GraphBuild, n as u64);
     let vamana = params.vamana();
@@ -349,10 +350,35 @@ pub fn build_in_memory<'a>(
     clock.finish(&mut report);
     check()?;
 
+    // Placement is one thread's work and PQ training does not need the graph, so they run
+    // side by side: a scoped worker trains PQ subspaces while the caller places edge lists,
+    // then the caller joins the training (crate::pq_training), and both threads encode.
+    // Placement took 15% of a 200K x 384 build on one of two cores, PQ training 5% on both
+    // (benchmarks/results/compare.md). The codebook is the one a serial training gives. The
+    // worker never calls `progress` or `cancel` (they are not `Sync`); both steps finish in
+    // seconds, so a cancel is noticed right after them.
     clock.start(BuildPhase::Placement, n as u64);
     let slots_per_page = format.slots_per_page(params.max_degree)?;
-    let placement = place(&graph.adjacency, slots_per_page, &mut report)?;
+    let started = Instant::now();
+    let job = prepare_pq(&data, dim, n, pq_bytes, params)?;
+    let mut placed_in = Duration::ZERO;
+    let placement = std::thread::scope(|scope| {
+        if params.threads >= 2 {
+            if let Some(job) = &job {
+                scope.spawn(|| job.work());
+            }
+        }
+        let placement = place(&graph.adjacency, slots_per_page, &mut report);
+        placed_in = started.elapsed();
+        if let Some(job) = &job {
+            job.train_on(params.threads.saturating_sub(1).max(1));
+        }
+        placement
+    })?;
+    let pq = finish_pq(job, dim, pq_bytes, params)?;
+    let codes = pq.encode_batch(&data, params.threads);
     clock.finish(&mut report);
+    report.alongside.push((BuildPhase::Placement, placed_in));
     check()?;
 
     clock.start(BuildPhase::Entrance, entrance_ids.len() as u64);
@@ -456,6 +482,40 @@ pub(super) fn entrance_sample(n: usize, ratio: f32, seed: u64) -> Vec<VertexId> 
     ids
 }
 
+/// The PQ training job for `n` rows, `None` for an empty index (see [`train_pq`]).
+fn prepare_pq(
+    data: &[f32],
+    dim: usize,
+    n: usize,
+    pq_bytes: usize,
+    params: &IndexParams,
+) -> Result<Option<PqTraining>, IndexError> {
+    if n == 0 {
+        return Ok(None);
+    }
+    let config = PqTrainConfig::new(params.seed, params.threads);
+    PqTraining::prepare(data, dim, n, pq_bytes, params.metric, &config)
+        .map(Some)
+        .map_err(pq_error)
+}
+
+/// The codebook of a finished job, or [`train_pq`]'s placeholder for an empty index.
+fn finish_pq(
+    job: Option<PqTraining>,
+    dim: usize,
+    pq_bytes: usize,
+    params: &IndexParams,
+) -> Result<ProductQuantizer, IndexError> {
+    match job {
+        Some(job) => job.finish().map_err(pq_error),
+        None => train_pq(&[], dim, 0, pq_bytes, params),
+    }
+}
+
+fn pq_error(e: crate::pq::PqError) -> IndexError {
+    IndexError::Invalid(format!("PQ training failed: {e}"))
+}
+
 pub(super) fn train_pq(
     data: &[f32],
     dim: usize,
@@ -478,7 +538,7 @@ pub(super) fn train_pq(
         params.seed,
         params.threads,
     )
-    .map_err(|e| IndexError::Invalid(format!("PQ training failed: {e}")))
+    .map_err(pq_error)
 }
 
 /// The entrance graph over `ids` (the index's own seeded sample), built like the main graph
