@@ -113,8 +113,8 @@ const INT_OPTIONS: [IntOption; 4] = [
     IntOption {
         name: c"build_list",
         desc: c"Candidate list L used while building the graph",
-        // The engine's IndexParams default (DiskANN's L), not the NAVIS release's 128.
-        default: 100,
+        // The engine's IndexParams default; see there for why not DiskANN's 100.
+        default: 128,
         min: 10,
         max: 2_000,
         field: |r| &mut r.build_list,

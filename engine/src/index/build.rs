@@ -68,10 +68,10 @@ impl Default for IndexParams {
             metric: Metric::L2,
             dim: None,
             max_degree: 96,
-            // DiskANN's default L. The NAVIS release's 128 cost a 200K x 384 build 25-30% more
-            // graph time for the same recall@10 at search L = 40 and 1 point more at L = 20
-            // (benchmarks/results/compare.md, 2026-12-04).
-            build_list: 100,
+            // The NAVIS release's L. DiskANN's 100 takes 20-30% off the graph build and kept
+            // recall on 200K rows, but cost 2-4.5 points of recall@10 on the 1M set
+            // (benchmarks/results/compare.md, 2026-12-04), so the default stays.
+            build_list: 128,
             alpha: 1.2,
             pq_bytes: None,
             entrance_ratio: 0.01,
