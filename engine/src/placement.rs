@@ -148,12 +148,6 @@ pub fn greedy_placement_with(
         }
         page_of = refiner.page_of;
     }
-    if std::env::var_os("NAVIS_PLACEMENT_HASH").is_some() {
-        let h = page_of.iter().fold(0xcbf29ce484222325u64, |h, &p| {
-            (h ^ p as u64).wrapping_mul(0x100000001b3)
-        });
-        eprintln!("placement hash {h:016x}");
-    }
     Ok(assign_slots(page_of, pages, slots_per_page))
 }
 
@@ -398,7 +392,7 @@ struct Refiner<'g> {
     /// Scratch of a swap search: the weight of u's link to each vertex, 0 for non-neighbours.
     /// Filled from u's links before the search and cleared after it, so finding the weight
     /// of the link between u and a candidate costs one load instead of a scan of u's links.
-    link_weight: Vec<u8>,
+    link_weight: Vec<u32>,
     slots_per_page: usize,
 }
 
@@ -479,12 +473,11 @@ impl<'g> Refiner<'g> {
         target: u32,
     ) -> Option<VertexId> {
         // u's links to itself never count (as in `links_to_page`), so they are not marked.
-        // Weights fit a byte: a vertex lists another at most max_degree (< 1024) times only
-        // in malformed input, so sums saturate rather than wrap; Vamana lists hold each id once.
+        // A sum counts every occurrence of v in u's out- and in-lists, as the scan it replaces
+        // did (Vamana lists hold each id once; `place` accepts repeats).
         for (v, weight) in self.incoming.weighted(self.adjacency, u) {
             if v as usize != u {
-                let cell = &mut self.link_weight[v as usize];
-                *cell = cell.saturating_add(weight as u8);
+                self.link_weight[v as usize] += weight as u32;
             }
         }
         let mut best: Option<(i64, VertexId)> = None;

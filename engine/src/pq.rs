@@ -20,7 +20,6 @@ use std::fmt;
 use std::ops::Range;
 
 use rand::seq::index::sample as sample_indices;
-
 use rand_chacha::ChaCha8Rng;
 
 use crate::kmeans::CentroidTable;

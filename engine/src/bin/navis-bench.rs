@@ -230,9 +230,9 @@ fn cmd_build(a: &Args) -> Result<()> {
         "| **total** | **{:.2}** |",
         report.total_time().as_secs_f64()
     );
-    for (phase, t) in &report.alongside {
+    for (phase, t) in &report.parts {
         println!(
-            "| ({} alongside, not in the total) | {:.2} |",
+            "| (of which {} alone) | {:.2} |",
             phase.name(),
             t.as_secs_f64()
         );

@@ -168,9 +168,9 @@ pub struct BuildReport {
     pub pq_bytes: usize,
     /// Phases one after the other, wall-clock time each; their sum is the build's time.
     pub phases: Vec<(BuildPhase, Duration)>,
-    /// Phases that ran at the same time as one of `phases` (PQ training beside placement),
-    /// with their own duration; not part of the total.
-    pub alongside: Vec<(BuildPhase, Duration)>,
+    /// Parts of one of `phases` timed on their own, not added to the total: placement alone,
+    /// inside the phase that also trains PQ.
+    pub parts: Vec<(BuildPhase, Duration)>,
     /// Estimated peak bytes, stated before the build started.
     pub memory_estimate: u64,
     /// The process's peak resident set after the build (VmHWM), if readable.
@@ -363,10 +363,8 @@ pub fn build_in_memory<'a>(
     let job = prepare_pq(&data, dim, n, pq_bytes, params)?;
     let mut placed_in = Duration::ZERO;
     let placement = std::thread::scope(|scope| {
-        if params.threads >= 2 {
-            if let Some(job) = &job {
-                scope.spawn(|| job.work());
-            }
+        if let (true, Some(job)) = (params.threads >= 2, &job) {
+            scope.spawn(|| job.work());
         }
         let placement = place(&graph.adjacency, slots_per_page, &mut report);
         placed_in = started.elapsed();
@@ -378,7 +376,7 @@ pub fn build_in_memory<'a>(
     let pq = finish_pq(job, dim, pq_bytes, params)?;
     let codes = pq.encode_batch(&data, params.threads);
     clock.finish(&mut report);
-    report.alongside.push((BuildPhase::Placement, placed_in));
+    report.parts.push((BuildPhase::Placement, placed_in));
     check()?;
 
     clock.start(BuildPhase::Entrance, entrance_ids.len() as u64);
