@@ -23,6 +23,7 @@ pub mod pq;
 pub mod pq_training;
 pub mod prefetch;
 pub mod relation;
+pub mod result_cache;
 pub mod search;
 pub mod segments;
 pub mod storage;

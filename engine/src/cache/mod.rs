@@ -41,7 +41,7 @@
 //! replacement lock.
 
 mod region;
-mod spin;
+pub(crate) mod spin;
 pub mod trace;
 
 use region::{FrameMeta, Header, Layout, MapSlot, Partition, MAGIC, NO_FRAME, STATS, VERSION};

@@ -1,0 +1,265 @@
+//! Keeping entries true while the table changes (Aker's del-consistency).
+//!
+//! - Deletes are eager: VACUUM hands the dead heap TIDs to [`Body::remove_dead`], which drops
+//!   their objects from every entry (the reserved rows move up) and from the insert log, and
+//!   evicts an entry left with fewer than k rows. Until VACUUM runs, PostgreSQL's visibility
+//!   check hides a deleted row whatever the cache returns.
+//! - Inserts are lazy: [`Body::record_insert`] appends the row to the insert log and runs the
+//!   fast path (the row enters the nearest representative's list if it is closer than that
+//!   list's farthest row); the risk model decides when the slow path checks the next
+//!   representative against `SLOW_PATH_BATCH` more log records.
+
+use super::body::Body;
+use super::layout::*;
+use crate::storage::HeapTid;
+
+/// Log records one slow-path step checks (the paper's B).
+pub const SLOW_PATH_BATCH: u64 = 16;
+/// Risk above which an insert runs a slow-path step (the paper's τ_risk).
+pub const RISK_THRESHOLD: f64 = 0.3;
+
+/// What one recorded insert did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct InsertRefresh {
+    /// The row entered the nearest representative's list.
+    pub fast: bool,
+    /// A slow-path step ran, and how many rows it added.
+    pub slow: bool,
+    pub slow_rows: u32,
+    /// Entries invalidated because the log overwrote records they had not checked.
+    pub log_wrapped: u32,
+}
+
+impl Body<'_> {
+    /// Puts row `o`'s neighbour (`tid`, `vector`, index-metric distance `d` to `e`'s query)
+    /// into `e`'s list in distance order, dropping the farthest row when the list is full.
+    /// False when it is already there, not close enough, or no object is free.
+    fn insert_row(&self, e: u32, query: &[f32], tid: HeapTid, vector: &[f32], d: f32) -> bool {
+        let len = self.w.get(self.e(e, E_LEN)) as usize;
+        let want = self.w.get(self.e(e, E_WANT)) as usize;
+        if len >= want && d >= self.w.f32(self.e(e, E_MAX_D)) {
+            return false;
+        }
+        if let Some(o) = self.find_object(tid) {
+            if self.rows(e).any(|r| r == o) {
+                return false;
+            }
+        }
+        let Some(o) = self.acquire_object(tid, vector) else {
+            return false;
+        };
+        let mut rows: Vec<u32> = self.rows(e).collect();
+        let mut buf = Vec::new();
+        let pos = rows
+            .iter()
+            .position(|&r| {
+                self.object_vector(r, &mut buf);
+                self.metric.search_distance(query, &buf) > d
+            })
+            .unwrap_or(rows.len());
+        rows.insert(pos, o);
+        if rows.len() > want {
+            let dropped = rows.pop().expect("longer than want >= 1");
+            self.release_object(dropped);
+        }
+        self.write_rows(e, &rows);
+        self.w.set_f32(
+            self.e(e, E_MIN_D),
+            self.w
+                .f32(self.e(e, E_MIN_D))
+                .min(super::body::euclidean(query, vector)),
+        );
+        self.set_row_distances(e, query);
+        true
+    }
+
+    fn write_rows(&self, e: u32, rows: &[u32]) {
+        for (i, o) in rows.iter().enumerate() {
+            self.w.set(self.e(e, E_ROWS) + i, *o);
+        }
+        self.w.set(self.e(e, E_LEN), rows.len() as u32);
+    }
+
+    /// The paper's risk R = r̄ · Ū / W: r(e) = d_k / d_(k+Δ) (1 when the two coincide or are
+    /// not positive distances), Ū the mean number of log records a representative has not
+    /// checked, W the log's length.
+    pub fn risk(&self) -> f64 {
+        let (head, tail) = (self.w.u64(H_LOG_HEAD), self.w.u64(H_LOG_TAIL));
+        let log_len = tail - head;
+        if log_len == 0 {
+            return 0.0;
+        }
+        let (mut reps, mut ratio, mut unchecked) = (0u64, 0f64, 0u64);
+        for e in 0..self.g.entries as u32 {
+            if self.state(e) != STATE_REPRESENTATIVE {
+                continue;
+            }
+            reps += 1;
+            let (d_k, max_d) = (self.w.f32(self.e(e, E_D_K)), self.w.f32(self.e(e, E_MAX_D)));
+            ratio += if d_k > 0.0 && max_d > 0.0 {
+                (d_k / max_d).min(1.0) as f64
+            } else {
+                1.0
+            };
+            let checked = self.w.u64(self.e(e, E_LOG_CHECKPOINT)).max(head);
+            unchecked += tail - checked.min(tail);
+        }
+        if reps == 0 {
+            return 0.0;
+        }
+        (ratio / reps as f64) * (unchecked as f64 / reps as f64) / log_len as f64
+    }
+
+    /// Appends an inserted row to the log and runs the fast path and, when the risk says so,
+    /// one slow-path step. `vector` is as the index stores it (unit length for cosine).
+    pub fn record_insert(
+        &self,
+        tid: HeapTid,
+        vector: &[f32],
+        evictions: &mut u64,
+    ) -> InsertRefresh {
+        let mut out = InsertRefresh::default();
+        let (head, tail) = (self.w.u64(H_LOG_HEAD), self.w.u64(H_LOG_TAIL));
+        if tail - head == self.g.log as u64 {
+            self.w.set_u64(H_LOG_HEAD, head + 1);
+        }
+        let at = self.g.log_record(tail);
+        self.w.set(at + L_TID, tid.block);
+        self.w.set(at + L_TID + 1, tid.offset as u32);
+        self.w.write_floats(at + L_VECTOR, vector);
+        self.w.set_u64(H_LOG_TAIL, tail + 1);
+        out.log_wrapped = self.evict_unrefreshable(evictions);
+
+        let mut query = Vec::new();
+        if let Some((e, _)) = self.nearest_representative(vector) {
+            self.query_of(e, &mut query);
+            let d = self.metric.search_distance(&query, vector);
+            out.fast = self.insert_row(e, &query, tid, vector, d);
+        }
+        if self.risk() >= RISK_THRESHOLD {
+            if let Some(added) = self.slow_path_step() {
+                out.slow = true;
+                out.slow_rows = added;
+            }
+        }
+        out
+    }
+
+    /// Evicts representatives whose unchecked log records were overwritten: they could miss
+    /// inserted rows for ever, so they stop answering (never stale without bound).
+    fn evict_unrefreshable(&self, evictions: &mut u64) -> u32 {
+        let head = self.w.u64(H_LOG_HEAD);
+        let mut n = 0;
+        for e in 0..self.g.entries as u32 {
+            if self.state(e) == STATE_REPRESENTATIVE
+                && self.w.u64(self.e(e, E_LOG_CHECKPOINT)) < head
+            {
+                self.evict(e);
+                *evictions += 1;
+                n += 1;
+            }
+        }
+        n
+    }
+
+    /// Checks the next representative (round robin) against up to `SLOW_PATH_BATCH` log
+    /// records past its checkpoint. The rows it added, or `None` with no representative.
+    pub fn slow_path_step(&self) -> Option<u32> {
+        let entries = self.g.entries as u32;
+        let start = self.w.get(H_ROUND_ROBIN) % entries;
+        let e = (0..entries)
+            .map(|i| (start + i) % entries)
+            .find(|&e| self.state(e) == STATE_REPRESENTATIVE)?;
+        self.w.set(H_ROUND_ROBIN, (e + 1) % entries);
+        let (head, tail) = (self.w.u64(H_LOG_HEAD), self.w.u64(H_LOG_TAIL));
+        let from = self.w.u64(self.e(e, E_LOG_CHECKPOINT)).max(head);
+        let to = (from + SLOW_PATH_BATCH).min(tail);
+        let mut query = Vec::new();
+        self.query_of(e, &mut query);
+        let mut vector = vec![0.0; self.g.dim];
+        let mut added = 0;
+        for seq in from..to {
+            let at = self.g.log_record(seq);
+            let block = self.w.get(at + L_TID);
+            if block == NONE {
+                continue; // removed by VACUUM
+            }
+            let tid = HeapTid {
+                block,
+                offset: self.w.get(at + L_TID + 1) as u16,
+            };
+            self.w.read_floats(at + L_VECTOR, &mut vector);
+            let d = self.metric.search_distance(&query, &vector);
+            if self.insert_row(e, &query, tid, &vector, d) {
+                added += 1;
+            }
+        }
+        self.w.set_u64(self.e(e, E_LOG_CHECKPOINT), to);
+        Some(added)
+    }
+
+    /// Removes every cached row `is_dead` says VACUUM is removing: from the objects, from the
+    /// entries (reserved rows move up; an entry left with fewer than k rows is evicted) and
+    /// from the insert log. Returns (objects removed, entries evicted).
+    pub fn remove_dead(
+        &self,
+        is_dead: &mut dyn FnMut(HeapTid) -> bool,
+        evictions: &mut u64,
+    ) -> (u64, u64) {
+        let mut dead = vec![false; self.g.objects];
+        let mut any = false;
+        for o in 0..self.g.objects as u32 {
+            let refs = self.w.get(self.g.object(o) + O_REFS);
+            if refs > 0 && is_dead(self.object_tid(o)) {
+                dead[o as usize] = true;
+                any = true;
+            }
+        }
+        let (head, tail) = (self.w.u64(H_LOG_HEAD), self.w.u64(H_LOG_TAIL));
+        for seq in head..tail {
+            let at = self.g.log_record(seq);
+            let block = self.w.get(at + L_TID);
+            if block != NONE
+                && is_dead(HeapTid {
+                    block,
+                    offset: self.w.get(at + L_TID + 1) as u16,
+                })
+            {
+                self.w.set(at + L_TID, NONE);
+            }
+        }
+        if !any {
+            return (0, 0);
+        }
+        let (mut removed, mut evicted) = (0u64, 0u64);
+        let mut query = Vec::new();
+        for e in 0..self.g.entries as u32 {
+            if self.state(e) != STATE_REPRESENTATIVE {
+                continue;
+            }
+            let rows: Vec<u32> = self.rows(e).collect();
+            if !rows.iter().any(|&o| dead[o as usize]) {
+                continue;
+            }
+            let kept: Vec<u32> = rows
+                .iter()
+                .copied()
+                .filter(|&o| !dead[o as usize])
+                .collect();
+            for &o in rows.iter().filter(|&&o| dead[o as usize]) {
+                self.release_object(o);
+                removed += 1;
+            }
+            self.write_rows(e, &kept);
+            if kept.len() < self.w.get(self.e(e, E_K)) as usize {
+                self.evict(e);
+                *evictions += 1;
+                evicted += 1;
+            } else {
+                self.query_of(e, &mut query);
+                self.set_row_distances(e, &query);
+            }
+        }
+        (removed, evicted)
+    }
+}

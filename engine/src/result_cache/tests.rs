@@ -1,0 +1,448 @@
+use super::body::Body;
+use super::layout::*;
+use super::*;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::collections::HashMap;
+
+const DIM: usize = 8;
+
+fn tid(i: u32) -> HeapTid {
+    HeapTid {
+        block: i / 100,
+        offset: (i % 100 + 1) as u16,
+    }
+}
+
+fn vector(rng: &mut ChaCha8Rng) -> Vec<f32> {
+    (0..DIM).map(|_| rng.gen_range(-1.0..1.0)).collect()
+}
+
+/// A small table: `n` random rows, and exact top-`m` by L2 for any query.
+struct Table {
+    rows: Vec<Vec<f32>>,
+}
+
+impl Table {
+    fn new(n: usize, seed: u64) -> Table {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        Table {
+            rows: (0..n).map(|_| vector(&mut rng)).collect(),
+        }
+    }
+
+    fn top(&self, q: &[f32], m: usize) -> Vec<(HeapTid, &[f32])> {
+        let mut all: Vec<(f32, usize)> = self
+            .rows
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (Metric::L2.search_distance(q, r), i))
+            .collect();
+        all.sort_by(|a, b| a.0.total_cmp(&b.0));
+        all.iter()
+            .take(m)
+            .map(|&(_, i)| (tid(i as u32), self.rows[i].as_slice()))
+            .collect()
+    }
+
+    fn vector_of(&self, t: HeapTid) -> &[f32] {
+        &self.rows[(t.block * 100 + t.offset as u32 - 1) as usize]
+    }
+}
+
+fn adaptive() -> LookupParams {
+    LookupParams {
+        fixed_threshold: None,
+    }
+}
+
+fn stat(region: &HeapRegion, s: Stat) -> u64 {
+    let locks = LocalLocks::default();
+    region.cache.stats(&locks)[0]
+        .counters
+        .iter()
+        .find(|c| c.0 == s)
+        .unwrap()
+        .1
+}
+
+fn tau_of(region: &HeapRegion) -> Vec<f32> {
+    region.cache.stats(&LocalLocks::default())[0]
+        .thresholds
+        .clone()
+}
+
+/// Every structural invariant of a body: reference counts match the row lists, free stacks
+/// and used slots add up, the tables name exactly the live queries and objects.
+fn verify(region: &HeapRegion, p: usize) {
+    let c = &region.cache;
+    let claim = c.slot(p).claim.load(std::sync::atomic::Ordering::Relaxed);
+    let Some(b) = Body::open(c.body(p), claim, Metric::L2) else {
+        return;
+    };
+    let mut refs = vec![0u32; b.g.objects];
+    let (mut reps, mut aliases) = (0, 0);
+    for e in 0..b.g.entries as u32 {
+        match b.state(e) {
+            STATE_REPRESENTATIVE => {
+                reps += 1;
+                let rows: Vec<u32> = b.rows(e).collect();
+                assert!(rows.len() <= b.w.get(b.e(e, E_WANT)) as usize);
+                for o in rows {
+                    refs[o as usize] += 1;
+                }
+                let hash = b.w.u64(b.e(e, E_HASH));
+                let mut q = Vec::new();
+                b.query_of(e, &mut q);
+                assert_eq!(b.find_query(hash, &q), Some(e));
+            }
+            STATE_ALIAS => {
+                aliases += 1;
+                let rep = b.w.get(b.e(e, E_LINK));
+                assert_eq!(b.state(rep), STATE_REPRESENTATIVE, "alias of a live entry");
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(reps, b.w.get(H_REPRESENTATIVES));
+    assert_eq!(aliases, b.w.get(H_ALIASES));
+    let mut used = 0;
+    for o in 0..b.g.objects as u32 {
+        assert_eq!(
+            b.w.get(b.g.object(o) + O_REFS),
+            refs[o as usize],
+            "object {o}"
+        );
+        if refs[o as usize] > 0 {
+            used += 1;
+            assert_eq!(b.find_object(b.object_tid(o)), Some(o));
+        }
+    }
+    assert_eq!(used, b.w.get(H_OBJECTS_USED));
+    assert_eq!(used as usize + b.free_objects(), b.g.objects);
+}
+
+fn region() -> HeapRegion {
+    HeapRegion::new(4 << 20, 1).unwrap()
+}
+
+fn claim<'a>(r: &'a HeapRegion, locks: &LocalLocks) -> Partition<'a> {
+    r.cache.claim(locks, 7, DIM, Metric::L2, (1, 2)).unwrap()
+}
+
+#[test]
+fn an_equal_query_is_answered_in_exact_order_and_grows_its_threshold() {
+    let (r, locks) = (region(), LocalLocks::default());
+    let p = claim(&r, &locks);
+    let t = Table::new(500, 1);
+    let q = t.rows[3].iter().map(|x| x + 0.01).collect::<Vec<_>>();
+    assert!(p.lookup(&locks, &q, 0, &adaptive()).is_none());
+    p.admit(&locks, &q, 0, p.vacuum_ticket(), 10, &t.top(&q, 20))
+        .unwrap();
+    let tau0 = tau_of(&r)[0];
+    let hit = p.lookup(&locks, &q, 0, &adaptive()).unwrap();
+    assert_eq!(hit.kind, HitKind::Equality);
+    let want: Vec<HeapTid> = t.top(&q, 20).iter().map(|r| r.0).collect();
+    let got: Vec<HeapTid> = hit.rows.iter().map(|r| r.0).collect();
+    assert_eq!(got, want);
+    for (tid, d) in &hit.rows {
+        assert_eq!(*d, Metric::L2.search_distance(&q, t.vector_of(*tid)));
+    }
+    let tau1 = tau_of(&r)[0];
+    assert!(
+        (tau1 - tau0 * ALPHA_EQUALITY).abs() < 1e-6,
+        "{tau0} -> {tau1}"
+    );
+    // Capped at minD (four times the start): 15 more equality hits cannot pass it.
+    for _ in 0..30 {
+        p.lookup(&locks, &q, 0, &adaptive()).unwrap();
+    }
+    let min_d = super::body::euclidean(&q, t.vector_of(want[0]));
+    assert!((tau_of(&r)[0] - min_d).abs() < 1e-5);
+    assert_eq!(stat(&r, Stat::HitsEquality), 31);
+    verify(&r, 0);
+}
+
+#[test]
+fn a_near_query_hits_approximately_shrinks_the_threshold_and_links_an_alias() {
+    let (r, locks) = (region(), LocalLocks::default());
+    let p = claim(&r, &locks);
+    let t = Table::new(500, 2);
+    let q = t.rows[10].iter().map(|x| x + 0.05).collect::<Vec<_>>();
+    p.admit(&locks, &q, 0, p.vacuum_ticket(), 10, &t.top(&q, 20))
+        .unwrap();
+    let tau0 = tau_of(&r)[0];
+    let mut near = q.clone();
+    near[0] += tau0 * 0.5;
+    let hit = p.lookup(&locks, &near, 0, &adaptive()).unwrap();
+    assert_eq!(hit.kind, HitKind::Approximate);
+    // Re-ranked for the new query.
+    assert!(hit.rows.windows(2).all(|w| w[0].1 <= w[1].1));
+    for (tid, d) in &hit.rows {
+        assert_eq!(*d, Metric::L2.search_distance(&near, t.vector_of(*tid)));
+    }
+    let tau1 = tau_of(&r)[0];
+    assert!((tau1 - tau0 * ALPHA_APPROXIMATE).abs() < 1e-6);
+    // The same near query again: the alias answers through the hash table, and shrinks the
+    // representative's threshold as an approximate hit.
+    let again = p.lookup(&locks, &near, 0, &adaptive()).unwrap();
+    assert_eq!(again.kind, HitKind::Alias);
+    assert_eq!(again.rows, hit.rows);
+    assert!((tau_of(&r)[0] - tau1 * ALPHA_APPROXIMATE).abs() < 1e-7);
+    // A query as far as the first one now misses: the radius shrank.
+    assert!(p
+        .lookup(
+            &locks,
+            &{
+                let mut v = q.clone();
+                v[1] += tau0 * 0.5;
+                v
+            },
+            0,
+            &adaptive()
+        )
+        .is_none());
+    assert_eq!(stat(&r, Stat::AliasesLinked), 1);
+    verify(&r, 0);
+}
+
+#[test]
+fn a_fixed_threshold_neither_adapts_nor_links_aliases() {
+    let (r, locks) = (region(), LocalLocks::default());
+    let p = claim(&r, &locks);
+    let t = Table::new(300, 3);
+    let q = t.rows[0].clone();
+    p.admit(&locks, &q, 0, p.vacuum_ticket(), 10, &t.top(&q, 10))
+        .unwrap();
+    let tau0 = tau_of(&r)[0];
+    let fixed = LookupParams {
+        fixed_threshold: Some(0.5),
+    };
+    let mut near = q.clone();
+    near[2] += 0.3;
+    for _ in 0..3 {
+        assert_eq!(
+            p.lookup(&locks, &near, 0, &fixed).unwrap().kind,
+            HitKind::Approximate
+        );
+    }
+    assert_eq!(tau_of(&r)[0], tau0);
+    assert_eq!(stat(&r, Stat::AliasesLinked), 0);
+}
+
+#[test]
+fn another_generation_never_answers() {
+    let (r, locks) = (region(), LocalLocks::default());
+    let p = claim(&r, &locks);
+    let t = Table::new(100, 4);
+    let q = t.rows[5].clone();
+    p.admit(&locks, &q, 3, p.vacuum_ticket(), 10, &t.top(&q, 10))
+        .unwrap();
+    assert!(p.lookup(&locks, &q, 3, &adaptive()).is_some());
+    assert!(p.lookup(&locks, &q, 4, &adaptive()).is_none());
+    assert_eq!(stat(&r, Stat::GenerationMisses), 1);
+}
+
+#[test]
+fn vacuum_removes_dead_rows_promotes_reserves_and_blocks_overlapping_admissions() {
+    let (r, locks) = (region(), LocalLocks::default());
+    let p = claim(&r, &locks);
+    let t = Table::new(500, 5);
+    let q = t.rows[7].clone();
+    let rows = t.top(&q, 12);
+    let ticket = p.vacuum_ticket();
+    p.admit(&locks, &q, 0, ticket, 10, &rows).unwrap();
+    // Two dead rows: the reserve moves up, 10 remain, the entry still answers.
+    let dead: Vec<HeapTid> = vec![rows[0].0, rows[4].0];
+    p.begin_vacuum(&locks, &mut |t| dead.contains(&t));
+    // A search that started before the VACUUM may have seen a row the VACUUM removes.
+    let q2 = t.rows[8].clone();
+    assert_eq!(
+        p.admit(&locks, &q2, 0, ticket, 10, &t.top(&q2, 12)),
+        Err(Refusal::Vacuum)
+    );
+    let during = p.vacuum_ticket();
+    assert_eq!(
+        p.admit(&locks, &q2, 0, during, 10, &t.top(&q2, 12)),
+        Err(Refusal::Vacuum)
+    );
+    p.end_vacuum(&locks);
+    let hit = p.lookup(&locks, &q, 0, &adaptive()).unwrap();
+    let got: Vec<HeapTid> = hit.rows.iter().map(|r| r.0).collect();
+    let want: Vec<HeapTid> = rows
+        .iter()
+        .map(|r| r.0)
+        .filter(|t| !dead.contains(t))
+        .collect();
+    assert_eq!(got, want);
+    verify(&r, 0);
+    // One more dead row leaves 9 < k: the entry stops answering.
+    let dead2 = rows[1].0;
+    p.begin_vacuum(&locks, &mut |t| t == dead2);
+    p.end_vacuum(&locks);
+    assert!(p.lookup(&locks, &q, 0, &adaptive()).is_none());
+    assert_eq!(stat(&r, Stat::InvalidatedByDelete), 1);
+    assert_eq!(stat(&r, Stat::RowsRemovedByVacuum), 3);
+    verify(&r, 0);
+    // A search started after the VACUUM is admitted.
+    p.admit(&locks, &q2, 0, p.vacuum_ticket(), 10, &t.top(&q2, 12))
+        .unwrap();
+}
+
+#[test]
+fn an_inserted_row_enters_the_nearest_entry_through_the_fast_path() {
+    let (r, locks) = (region(), LocalLocks::default());
+    let p = claim(&r, &locks);
+    let t = Table::new(500, 6);
+    let q = t.rows[9].iter().map(|x| x + 0.02).collect::<Vec<_>>();
+    p.admit(&locks, &q, 0, p.vacuum_ticket(), 10, &t.top(&q, 20))
+        .unwrap();
+    let new_tid = tid(9_000);
+    let new_row = q.clone(); // the query itself: the closest row there can be
+    let out = p.record_insert(&locks, new_tid, &new_row);
+    assert!(out.fast);
+    let hit = p.lookup(&locks, &q, 0, &adaptive()).unwrap();
+    assert_eq!(hit.rows[0], (new_tid, 0.0));
+    assert_eq!(hit.rows.len(), 20, "the farthest row made way");
+    verify(&r, 0);
+}
+
+#[test]
+fn the_slow_path_refreshes_entries_the_fast_path_missed() {
+    let (r, locks) = (region(), LocalLocks::default());
+    let p = claim(&r, &locks);
+    let t = Table::new(2_000, 7);
+    let mut rng = ChaCha8Rng::seed_from_u64(70);
+    let queries: Vec<Vec<f32>> = (0..40).map(|_| vector(&mut rng)).collect();
+    for q in &queries {
+        p.admit(&locks, q, 0, p.vacuum_ticket(), 10, &t.top(q, 10))
+            .unwrap();
+    }
+    // Rows near every cached query, inserted far from... each: the fast path only reaches the
+    // nearest representative, the slow path walks the others.
+    let mut inserted = Vec::new();
+    for (i, q) in queries.iter().enumerate() {
+        let row: Vec<f32> = q.iter().map(|x| x + 1e-4).collect();
+        inserted.push((tid(10_000 + i as u32), row));
+    }
+    for (tid, row) in &inserted {
+        p.record_insert(&locks, *tid, row);
+    }
+    // Enough further inserts (far away) for the risk model to walk every entry.
+    for i in 0..2_000u32 {
+        let far: Vec<f32> = (0..DIM).map(|_| 50.0 + rng.gen::<f32>()).collect();
+        p.record_insert(&locks, tid(20_000 + i), &far);
+    }
+    assert!(stat(&r, Stat::RefreshSlow) > 0);
+    let mut found = 0;
+    for (q, (tid, _)) in queries.iter().zip(&inserted) {
+        if let Some(hit) = p.lookup(&locks, q, 0, &adaptive()) {
+            found += (hit.rows[0].0 == *tid) as usize;
+        }
+    }
+    // Every entry that still answers knows its new nearest row.
+    assert!(found >= 30, "{found} of 40 entries saw their inserted row");
+    verify(&r, 0);
+}
+
+#[test]
+fn fifo_eviction_keeps_the_newest_entries_and_the_structure_sound() {
+    let (r, locks) = (
+        HeapRegion::new(256 << 10, 1).unwrap(),
+        LocalLocks::default(),
+    );
+    let p = claim(&r, &locks);
+    let t = Table::new(3_000, 8);
+    let mut rng = ChaCha8Rng::seed_from_u64(80);
+    let queries: Vec<Vec<f32>> = (0..600).map(|_| vector(&mut rng)).collect();
+    for (i, q) in queries.iter().enumerate() {
+        p.admit(&locks, q, 0, p.vacuum_ticket(), 10, &t.top(q, 20))
+            .unwrap();
+        if i % 50 == 0 {
+            verify(&r, 0);
+        }
+    }
+    assert!(stat(&r, Stat::Evictions) > 0);
+    assert!(p.lookup(&locks, &queries[0], 0, &adaptive()).is_none());
+    assert_eq!(
+        p.lookup(&locks, &queries[599], 0, &adaptive())
+            .unwrap()
+            .kind,
+        HitKind::Equality
+    );
+    verify(&r, 0);
+}
+
+#[test]
+fn indexes_claim_partitions_and_the_least_recent_gives_way() {
+    let (r, locks) = (HeapRegion::new(1 << 20, 2).unwrap(), LocalLocks::default());
+    let t = Table::new(100, 9);
+    let q = t.rows[0].clone();
+    let a = r.cache.claim(&locks, 1, DIM, Metric::L2, (1, 10)).unwrap();
+    a.admit(&locks, &q, 0, a.vacuum_ticket(), 10, &t.top(&q, 10))
+        .unwrap();
+    let b = r.cache.claim(&locks, 2, 3, Metric::L2, (1, 11)).unwrap();
+    assert!(a.lookup(&locks, &q, 0, &adaptive()).is_some());
+    // A third index takes b's partition (a was used last) and formats it for itself.
+    let _c = r.cache.claim(&locks, 3, DIM, Metric::L2, (1, 12)).unwrap();
+    assert!(b.lookup(&locks, &[0.0, 0.0, 0.0], 0, &adaptive()).is_none());
+    assert!(r.cache.find(2, Metric::L2).is_none());
+    assert!(a.lookup(&locks, &q, 0, &adaptive()).is_some());
+    r.cache.purge(1);
+    assert!(a.lookup(&locks, &q, 0, &adaptive()).is_none());
+    assert!(r.cache.find(1, Metric::L2).is_none());
+}
+
+#[test]
+fn concurrent_lookups_admissions_inserts_and_vacuums_stay_consistent() {
+    let r = HeapRegion::new(512 << 10, 1).unwrap();
+    let locks = LocalLocks::default();
+    let t = Table::new(3_000, 10);
+    let p = claim(&r, &locks);
+    let mut rng = ChaCha8Rng::seed_from_u64(100);
+    let queries: Vec<Vec<f32>> = (0..200).map(|_| vector(&mut rng)).collect();
+    let dead_below: std::sync::atomic::AtomicU32 = 0.into();
+    std::thread::scope(|s| {
+        for th in 0..4u64 {
+            let (p, t, queries, locks, dead_below) = (&p, &t, &queries, &locks, &dead_below);
+            s.spawn(move || {
+                let mut rng = ChaCha8Rng::seed_from_u64(th);
+                let vectors: HashMap<HeapTid, &[f32]> = (0..t.rows.len() as u32)
+                    .map(|i| (tid(i), t.rows[i as usize].as_slice()))
+                    .collect();
+                for step in 0..3_000 {
+                    let q = &queries[rng.gen_range(0..queries.len())];
+                    let ticket = p.vacuum_ticket();
+                    match p.lookup(locks, q, 0, &adaptive()) {
+                        Some(hit) => {
+                            // Never a torn row: each distance is that of the row's own vector.
+                            for (tid, d) in &hit.rows {
+                                if let Some(v) = vectors.get(tid) {
+                                    assert_eq!(*d, Metric::L2.search_distance(q, v));
+                                }
+                                assert!(tid.block * 100 + (tid.offset as u32) > 0);
+                            }
+                            assert!(hit.rows.windows(2).all(|w| w[0].1 <= w[1].1));
+                        }
+                        None => {
+                            let _ = p.admit(locks, q, 0, ticket, 10, &t.top(q, 15));
+                        }
+                    }
+                    if th == 0 && step % 100 == 0 {
+                        let below = dead_below.fetch_add(3, std::sync::atomic::Ordering::Relaxed);
+                        p.begin_vacuum(locks, &mut |t| {
+                            let i = t.block * 100 + t.offset as u32 - 1;
+                            i < below + 3
+                        });
+                        p.end_vacuum(locks);
+                    }
+                    if th == 1 && step % 3 == 0 {
+                        let v: Vec<f32> = (0..DIM).map(|_| rng.gen_range(-1.0..1.0)).collect();
+                        p.record_insert(locks, tid(100_000 + step), &v);
+                    }
+                }
+            });
+        }
+    });
+    verify(&r, 0);
+}
