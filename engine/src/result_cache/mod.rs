@@ -18,7 +18,9 @@
 mod body;
 mod filter;
 mod layout;
+mod local;
 mod refresh;
+mod stats;
 mod table;
 mod words;
 
@@ -27,13 +29,15 @@ mod tests;
 
 pub use body::Refusal;
 pub use layout::NRL_CAPACITY;
+pub use local::{HeapRegion, LocalLocks};
 pub use refresh::{InsertRefresh, RISK_THRESHOLD, SLOW_PATH_BATCH};
+pub use stats::{PartitionStats, Stat};
 
 use crate::storage::HeapTid;
 use crate::Metric;
 use body::Body;
 use layout::*;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use words::Words;
 
 /// τ_q × α_L on an equality hit.
@@ -57,81 +61,6 @@ fn with<R>(run: impl FnOnce(&mut dyn FnMut()), f: impl FnOnce() -> R) -> R {
     let mut out = None;
     run(&mut || out = Some((f.take().expect("the lock runs its closure once"))()));
     out.expect("the lock ran its closure")
-}
-
-/// Statistics counters of a partition.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Stat {
-    HitsEquality,
-    HitsApproximate,
-    HitsAlias,
-    Misses,
-    FallThroughs,
-    Admitted,
-    RefusedDuplicate,
-    RefusedVacuum,
-    RefusedNoSpace,
-    Evictions,
-    InvalidatedByDelete,
-    InvalidatedByLogWrap,
-    RefreshFast,
-    RefreshSlow,
-    RefreshSlowRows,
-    LogAppends,
-    RowsRemovedByVacuum,
-    AliasesLinked,
-    Claims,
-    GenerationMisses,
-}
-
-impl Stat {
-    pub const ALL: [Stat; STATS] = [
-        Stat::HitsEquality,
-        Stat::HitsApproximate,
-        Stat::HitsAlias,
-        Stat::Misses,
-        Stat::FallThroughs,
-        Stat::Admitted,
-        Stat::RefusedDuplicate,
-        Stat::RefusedVacuum,
-        Stat::RefusedNoSpace,
-        Stat::Evictions,
-        Stat::InvalidatedByDelete,
-        Stat::InvalidatedByLogWrap,
-        Stat::RefreshFast,
-        Stat::RefreshSlow,
-        Stat::RefreshSlowRows,
-        Stat::LogAppends,
-        Stat::RowsRemovedByVacuum,
-        Stat::AliasesLinked,
-        Stat::Claims,
-        Stat::GenerationMisses,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Stat::HitsEquality => "hits_equality",
-            Stat::HitsApproximate => "hits_approximate",
-            Stat::HitsAlias => "hits_alias",
-            Stat::Misses => "misses",
-            Stat::FallThroughs => "fall_throughs",
-            Stat::Admitted => "entries_admitted",
-            Stat::RefusedDuplicate => "admissions_refused_duplicate",
-            Stat::RefusedVacuum => "admissions_refused_vacuum",
-            Stat::RefusedNoSpace => "admissions_refused_no_space",
-            Stat::Evictions => "evictions",
-            Stat::InvalidatedByDelete => "invalidated_by_delete",
-            Stat::InvalidatedByLogWrap => "invalidated_by_log_wrap",
-            Stat::RefreshFast => "refresh_fast",
-            Stat::RefreshSlow => "refresh_slow",
-            Stat::RefreshSlowRows => "refresh_slow_rows",
-            Stat::LogAppends => "insert_log_appends",
-            Stat::RowsRemovedByVacuum => "rows_removed_by_vacuum",
-            Stat::AliasesLinked => "aliases_linked",
-            Stat::Claims => "claims",
-            Stat::GenerationMisses => "stale_generation_misses",
-        }
-    }
 }
 
 /// How a lookup answers.
@@ -158,26 +87,6 @@ pub struct LookupParams {
     /// `Some(τ)`: one global threshold (the paper's Proximity+ baseline), thresholds never
     /// adapt and no aliases are linked. `None`: Aker.
     pub fixed_threshold: Option<f32>,
-}
-
-/// A partition's gauges and counters, read for the statistics view.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct PartitionStats {
-    pub partition: usize,
-    pub db_oid: u32,
-    pub rel_oid: u32,
-    pub dim: usize,
-    pub representatives: u32,
-    pub aliases: u32,
-    pub objects: u32,
-    pub object_capacity: usize,
-    pub entry_capacity: usize,
-    pub log_capacity: usize,
-    pub log_length: u64,
-    pub bytes: usize,
-    /// τ_q of every live representative, ascending.
-    pub thresholds: Vec<f32>,
-    pub counters: Vec<(Stat, u64)>,
 }
 
 /// The cache over one region.
@@ -672,56 +581,5 @@ impl Partition<'_> {
                 }
             }
         });
-    }
-}
-
-/// A region on the heap, for tests and the benchmark binary.
-pub struct HeapRegion {
-    _mem: Vec<AtomicU64>,
-    pub cache: ResultCache,
-}
-
-impl HeapRegion {
-    pub fn new(bytes: usize, partitions: usize) -> Option<HeapRegion> {
-        let mut mem: Vec<AtomicU64> = (0..bytes.div_ceil(64) * 8 + 8)
-            .map(|_| AtomicU64::new(0))
-            .collect();
-        let base = mem.as_mut_ptr() as *mut u8;
-        let aligned = base.wrapping_add(base.align_offset(64));
-        // SAFETY: `aligned..aligned + bytes` lies in `mem`, which lives as long as the
-        // region and is used through nothing else.
-        let cache = unsafe { ResultCache::init_at(aligned, bytes, partitions) }?;
-        Some(HeapRegion { _mem: mem, cache })
-    }
-}
-
-/// Partition locks for tests and single-process use: one reader-writer lock per partition.
-pub struct LocalLocks(Vec<std::sync::RwLock<()>>);
-
-impl Default for LocalLocks {
-    fn default() -> Self {
-        LocalLocks((0..MAX_PARTITIONS).map(|_| Default::default()).collect())
-    }
-}
-
-impl PartitionLocks for LocalLocks {
-    fn shared(&self, p: usize, f: &mut dyn FnMut()) {
-        let _g = self.0[p].read().unwrap_or_else(|e| e.into_inner());
-        f()
-    }
-
-    fn exclusive(&self, p: usize, f: &mut dyn FnMut()) {
-        let _g = self.0[p].write().unwrap_or_else(|e| e.into_inner());
-        f()
-    }
-
-    fn try_exclusive(&self, p: usize, f: &mut dyn FnMut()) -> bool {
-        match self.0[p].try_write() {
-            Ok(_g) => {
-                f();
-                true
-            }
-            Err(_) => false,
-        }
     }
 }
