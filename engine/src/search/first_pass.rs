@@ -23,6 +23,12 @@ impl<S: IndexSource> SearchCursor<'_, S> {
             self.rerank_casr(metric)?
         };
         casr::sort_by_distance(&mut scored);
+        self.ranked = scored
+            .iter()
+            .filter(|s| !s.1.is_nan())
+            .take(self.params.keep_ranked)
+            .copied()
+            .collect();
         let dim = self.query.len();
         let mut returned = HashSet::default();
         for &(id, distance) in scored.iter().take(self.pass_k) {

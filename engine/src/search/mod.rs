@@ -207,6 +207,11 @@ pub struct SearchParams {
     /// slot the state names moved in a later change, so it is treated as read with no
     /// neighbours instead of as corruption (counted in `stale_slots`).
     pub state_may_lag: bool,
+    /// Rows of the first pass's rerank to keep, closest first, with their exact vectors
+    /// ([`SearchCursor::first_pass_rows`]): a result cache admits them. CASR scores at least
+    /// `k`; rows past `k` are kept only if the rerank loaded them anyway, so keeping costs no
+    /// read.
+    pub keep_ranked: usize,
 }
 
 impl Default for SearchParams {
@@ -228,6 +233,7 @@ impl Default for SearchParams {
             relaxed_order: false,
             sequential_page_cost: 0.25,
             state_may_lag: false,
+            keep_ranked: 0,
         }
     }
 }
@@ -303,6 +309,8 @@ pub struct SearchCursor<'a, S: IndexSource> {
     frontier: Vec<VertexId>,
     lists: HashMap<VertexId, (EdgeLocation, Vec<VertexId>)>,
     entry_points: Vec<VertexId>,
+    /// The first pass's best reranked rows, with [`SearchParams::keep_ranked`].
+    ranked: Vec<(VertexId, f32)>,
 }
 
 impl<'a, S: IndexSource> SearchCursor<'a, S> {
@@ -360,6 +368,7 @@ impl<'a, S: IndexSource> SearchCursor<'a, S> {
             frontier: Vec::new(),
             lists: HashMap::default(),
             entry_points: Vec::new(),
+            ranked: Vec::new(),
         })
     }
 
@@ -420,6 +429,16 @@ impl<'a, S: IndexSource> SearchCursor<'a, S> {
     /// The exact vector of `id` if the first pass loaded it.
     pub fn exact_vector(&self, id: VertexId) -> Option<&[f32]> {
         self.loaded.get(id, self.query.len()).map(|(v, _)| v)
+    }
+
+    /// The first pass's best reranked rows (at most [`SearchParams::keep_ranked`]), closest
+    /// first: heap TID, exact vector as stored, exact distance. Empty before the first pass.
+    pub fn first_pass_rows(&self) -> Vec<(HeapTid, &[f32], f32)> {
+        let dim = self.query.len();
+        self.ranked
+            .iter()
+            .filter_map(|&(id, d)| self.loaded.get(id, dim).map(|(v, tid)| (tid, v, d)))
+            .collect()
     }
 
     /// The edge list of `id` and where it was read, with [`SearchParams::record_lists`].

@@ -527,3 +527,32 @@ fn calibration_sample_only_from_rerank_all() {
         hits_all.iter().map(|h| h.id).collect::<Vec<_>>()
     );
 }
+
+#[test]
+fn the_first_pass_keeps_its_best_reranked_rows_for_a_result_cache() {
+    let mut src = MemorySource::build(1200, 16, 11);
+    let q = row(&queries(1, 16), 16, 0).to_vec();
+    let params = SearchParams {
+        list: 40,
+        k: 10,
+        casr: CasrMode::Off,
+        keep_ranked: 20,
+        ..SearchParams::default()
+    };
+    let vectors = src.vectors.clone();
+    let mut cursor = SearchCursor::new(&mut src, &q, params).unwrap();
+    assert!(cursor.first_pass_rows().is_empty());
+    let first = cursor.next_batch(10).unwrap();
+    let kept = cursor.first_pass_rows();
+    // Rerank-all scores the whole list: 20 rows, closest first, exact, and the first k are
+    // the pass's own results.
+    assert_eq!(kept.len(), 20);
+    assert!(kept.windows(2).all(|w| w[0].2 <= w[1].2));
+    for (tid, v, d) in &kept {
+        assert_eq!(*v, row(&vectors, 16, tid.block as usize));
+        assert_eq!(*d, Metric::L2.search_distance(&q, v));
+    }
+    let tids: Vec<HeapTid> = first.iter().map(|h| h.tid).collect();
+    let kept_tids: Vec<HeapTid> = kept.iter().take(10).map(|r| r.0).collect();
+    assert_eq!(tids, kept_tids);
+}
