@@ -29,7 +29,7 @@ run_group() {  # $1 = preload|no-preload, rest = sql files
   [ $# -gt 0 ] || return 0
   local dir=$BASE-$mode
   if [ "$mode" = preload ]; then
-    cluster_start "$dir" "$PORT" "shared_preload_libraries = 'navis'"
+    cluster_start "$dir" "$PORT" "shared_preload_libraries = 'navis'" "navis.result_cache_size = '16MB'"
   else
     cluster_start "$dir" "$PORT"
   fi

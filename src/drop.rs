@@ -1,4 +1,4 @@
-//! DROP of a navis index frees its NAVIS-Cache frames at once: the cache is shared by every
+//! DROP of a navis index frees its NAVIS-Cache frames and its result-cache partition at once: the cache is shared by every
 //! index, and a dropped build's frames would otherwise sit in the frozen region, which
 //! evicts slowly by design. Everything else a dropped index had is its relation, which
 //! PostgreSQL removes at commit, and its runtime copy, which `runtime::sweep` removes when
@@ -73,9 +73,14 @@ unsafe extern "C-unwind" fn on_object_access(
         // SAFETY: reading the backend's transaction state.
         && unsafe { pg_sys::IsTransactionState() }
     {
-        if let (Some(cache), Some(tag)) = (crate::cache::shared_cache(), navis_cache_tag(object_id))
-        {
-            cache.purge(tag);
+        if let Some(tag) = navis_cache_tag(object_id) {
+            if let Some(cache) = crate::cache::shared_cache() {
+                cache.purge(tag);
+            }
+            // The result cache is keyed by the same tag: the index's partition becomes free.
+            if let Some(cache) = crate::result_cache::shared() {
+                cache.purge(tag);
+            }
         }
     }
 }

@@ -41,6 +41,19 @@ pub static CACHE_FROZEN_EVICTION: GucSetting<FrozenEvictionSetting> =
 pub static CACHE_SEARCH_PROMOTE_HITS: GucSetting<i32> =
     GucSetting::<i32>::new(navis_engine::cache::DEFAULT_SEARCH_PROMOTE_HITS as i32);
 
+/// `navis.result_cache`: answer ordered scans from the Aker result cache (session; a hit is
+/// approximate, so it is opt-in).
+pub static RESULT_CACHE: GucSetting<bool> = GucSetting::<bool>::new(false);
+/// `navis.result_cache_size`: MB of shared memory for the result cache (postmaster; 0: none).
+pub static RESULT_CACHE_SIZE_MB: GucSetting<i32> = GucSetting::<i32>::new(0);
+/// `navis.result_cache_indexes`: indexes that may hold a cache partition at once (postmaster).
+pub static RESULT_CACHE_INDEXES: GucSetting<i32> = GucSetting::<i32>::new(4);
+/// `navis.result_cache_reserve`: Δ, rows an entry keeps beyond the k it answers with.
+pub static RESULT_CACHE_RESERVE: GucSetting<i32> = GucSetting::<i32>::new(10);
+/// `navis.result_cache_fixed_threshold`: one global reuse radius instead of Aker's adaptive
+/// per-entry ones (the paper's Proximity+ baseline); 0 means adaptive.
+pub static RESULT_CACHE_FIXED_THRESHOLD: GucSetting<f64> = GucSetting::<f64>::new(0.0);
+
 /// `navis.iterative_scan`.
 #[derive(pgrx::PostgresGucEnum, Clone, Copy, PartialEq, Eq, Debug)]
 pub enum IterativeScan {
@@ -178,6 +191,33 @@ pub fn register() {
         GucContext::Userset,
         GucFlags::default(),
     );
+    GucRegistry::define_bool_guc(
+        c"navis.result_cache",
+        c"Answer ordered navis scans from the shared result cache (Aker) when a cached query is close enough.",
+        c"A hit is approximate: it returns the rows cached for a nearby query, re-ranked exactly. \
+          Rows inserted after an entry was cached may be missing from its answers until the \
+          cache's refresh reaches them; deleted rows never appear. Needs navis.result_cache_size.",
+        &RESULT_CACHE,
+        GucContext::Userset,
+        GucFlags::default(),
+    );
+    int(
+        c"navis.result_cache_reserve",
+        c"Rows a result-cache entry keeps beyond the navis.rerank_top_k it must answer with (Aker's delta).",
+        c"Reserved rows replace deleted ones without a new search; each costs cache memory.",
+        &RESULT_CACHE_RESERVE,
+        0,
+        (navis_engine::result_cache::NRL_CAPACITY - 1) as i32,
+    );
+    real(
+        c"navis.result_cache_fixed_threshold",
+        c"One fixed reuse distance for result-cache hits instead of adaptive per-entry thresholds.",
+        c"For comparisons (the Aker paper's Proximity+ baseline). 0, the default, uses Aker's \
+          adaptive thresholds and aliases. In the index's Euclidean geometry (unit vectors for cosine).",
+        &RESULT_CACHE_FIXED_THRESHOLD,
+        0.0,
+        f64::MAX,
+    );
     // Unknown navis.* names (typos such as navis.serch_list) become errors instead of
     // silently creating placeholder settings.
     // SAFETY: called from _PG_init with a NUL-terminated static string.
@@ -232,6 +272,30 @@ fn register_cache() {
         &CACHE_SEARCH_PROMOTE_HITS,
         1,
         1_000_000,
+        GucContext::Postmaster,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"navis.result_cache_size",
+        c"Shared memory for the Aker result cache of navis scans; 0 allocates none.",
+        c"Sessions use it with navis.result_cache = on. Its neighbour objects cap what it holds: \
+          about 1-5% of an index's vectors is the range the Aker paper measured. Takes effect \
+          at server start.",
+        &RESULT_CACHE_SIZE_MB,
+        0,
+        i32::MAX / 2,
+        GucContext::Postmaster,
+        GucFlags::UNIT_MB,
+    );
+    GucRegistry::define_int_guc(
+        c"navis.result_cache_indexes",
+        c"How many navis indexes may hold result-cache memory at once.",
+        c"navis.result_cache_size is split into this many equal partitions; an index takes one \
+          on its first cached scan, and the least recently used index gives its partition up \
+          when all are taken.",
+        &RESULT_CACHE_INDEXES,
+        1,
+        navis_engine::result_cache::MAX_PARTITIONS as i32,
         GucContext::Postmaster,
         GucFlags::default(),
     );

@@ -125,6 +125,7 @@ pub fn insert_row(index: pg_sys::Relation, open: &OpenIndex, vector: &[f32], tid
     match outcome {
         Ok(report) => {
             io_stats::report(index, &report.search, &mut io_stats::Reported::default());
+            crate::result_cache::record_insert(index, open, tid, vector);
             if casr_window.is_none() && guc::CASR_ENABLED.get() {
                 if let Some(w) = report.calibration_sample {
                     open.record_casr_sample(Caller::Insert, list, w);

@@ -7,7 +7,8 @@
 //! that drops rows) the cursor goes on: graph passes, then exhaustive rounds over every live
 //! vertex (`navis_engine::search`), so a scan ends only when every row of the index has been
 //! returned (or skipped: found after a farther row) or after `navis.max_scan_tuples` rows.
-//! The cursor's state is bounded by `work_mem`.
+//! The cursor's state is bounded by `work_mem`. With `navis.result_cache = on` the scan may
+//! be answered from the result cache first (`scan_cache.rs`).
 
 use crate::datum::VectorInput;
 use crate::errors::raise;
@@ -15,9 +16,11 @@ use crate::guc;
 use crate::io_stats;
 use crate::open::{open_index, OpenIndex};
 use crate::runtime;
+use crate::scan_cache::{self, Admission, Lookup, ServedRows};
 use navis_engine::cache::Caller;
 use navis_engine::index::DiskReader;
 use navis_engine::search::{CasrMode, SearchCursor, SearchParams};
+use navis_engine::storage::HeapTid;
 use navis_engine::Metric;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -39,6 +42,8 @@ struct Running {
     failed: bool,
     /// Reads already added to PostgreSQL's buffer counters.
     reported: io_stats::Reported,
+    /// A missed result-cache lookup: admit the first pass's rows once it has run.
+    admission: Option<Admission>,
 }
 
 impl Drop for Running {
@@ -66,6 +71,10 @@ struct ScanState {
     input: VectorInput,
     metric: Metric,
     running: Option<Running>,
+    /// A result-cache hit being returned, before any search runs.
+    served: Option<ServedRows>,
+    /// What a fall-through from `served` starts its search with.
+    deferred: Option<(Rc<OpenIndex>, Vec<f32>)>,
 }
 
 #[pg_guard]
@@ -82,6 +91,8 @@ pub unsafe extern "C-unwind" fn ambeginscan(
         input,
         metric: crate::am::index_metric(index),
         running: None,
+        served: None,
+        deferred: None,
     };
     let ptr = PgMemoryContexts::CurrentMemoryContext.leak_and_drop_on_delete(state);
     // SAFETY: the descriptor is ours to fill; orderby arrays sized by norderbys.
@@ -125,6 +136,8 @@ pub unsafe extern "C-unwind" fn amrescan(
     }
     let state = state_of(scan);
     state.running = None;
+    state.served = None;
+    state.deferred = None;
     // SAFETY: orderByData has numberOfOrderBys entries.
     let (n_orderbys, index) = unsafe { ((*scan).numberOfOrderBys, (*scan).indexRelation) };
     if n_orderbys == 0 {
@@ -163,7 +176,15 @@ pub unsafe extern "C-unwind" fn amrescan(
             Some("Use a query vector with the same number of dimensions as the indexed column."),
         )
     }
-    state.running = Some(start(Rc::clone(&open), &query));
+    match scan_cache::lookup(index, &open, state.metric, &query) {
+        Lookup::Hit(served) => {
+            state.served = Some(served);
+            state.deferred = Some((Rc::clone(&open), query));
+        }
+        Lookup::Miss(admission) => {
+            state.running = Some(start(Rc::clone(&open), &query, admission, 0));
+        }
+    }
 }
 
 /// PostgreSQL's `pgstat_count_index_scan`: one more scan of `index` in
@@ -215,8 +236,16 @@ fn search_params() -> (SearchParams, bool) {
     (params, guc::CASR_ENABLED.get())
 }
 
-fn start(open: Rc<OpenIndex>, query: &[f32]) -> Running {
+/// Starts the search; `admission` asks it to keep its first pass's rows for the result
+/// cache, `returned` rows were returned from the cache already.
+fn start(
+    open: Rc<OpenIndex>,
+    query: &[f32],
+    admission: Option<Admission>,
+    returned: u64,
+) -> Running {
     let (mut params, casr_on) = search_params();
+    params.keep_ranked = admission.as_ref().map_or(0, |a| a.keep());
     // The setting's list, before widening: the calibration sample it belongs to.
     let calibration_list = params.list;
     // Lazily deleted vertices take list places without being results: widen as NAVIS does.
@@ -255,10 +284,11 @@ fn start(open: Rc<OpenIndex>, query: &[f32]) -> Running {
         open,
         calibrating,
         calibration_list,
-        returned: 0,
+        returned,
         limit: max_scan_tuples(),
         failed: false,
         reported: io_stats::Reported::default(),
+        admission,
     }
 }
 
@@ -273,6 +303,21 @@ fn sql_distance(metric: Metric, d: f32) -> f64 {
     }
 }
 
+/// Fills the scan descriptor with one row.
+fn set_tuple(scan: pg_sys::IndexScanDesc, metric: Metric, tid: HeapTid, distance: f32) {
+    // SAFETY: filling the descriptor's output fields for this tuple.
+    unsafe {
+        let out = &mut (*scan).xs_heaptid;
+        pgrx::itemptr::item_pointer_set_all(out, tid.block, tid.offset);
+        (*scan).xs_recheck = false;
+        (*scan).xs_recheckorderby = false;
+        if (*scan).numberOfOrderBys > 0 {
+            *(*scan).xs_orderbyvals = sql_distance(metric, distance).into_datum().unwrap();
+            *(*scan).xs_orderbynulls = false;
+        }
+    }
+}
+
 #[pg_guard]
 pub unsafe extern "C-unwind" fn amgettuple(
     scan: pg_sys::IndexScanDesc,
@@ -280,59 +325,77 @@ pub unsafe extern "C-unwind" fn amgettuple(
 ) -> bool {
     let state = state_of(scan);
     let metric = state.metric;
+    if let Some(served) = state.served.as_mut() {
+        if served.returned() < max_scan_tuples() {
+            if let Some((tid, distance)) = served.next_cached() {
+                set_tuple(scan, metric, tid, distance);
+                return true;
+            }
+        }
+        // The executor wants more rows than the hit held: search, once.
+        if let Some((open, query)) = state.deferred.take() {
+            served.count_fall_through();
+            state.running = Some(start(open, &query, None, served.returned()));
+        }
+    }
     let Some(run) = state.running.as_mut() else {
         return false;
     };
-    if run.returned >= run.limit {
-        return false;
-    }
-    pgrx::check_for_interrupts!();
     let open = Rc::clone(&run.open);
     // SAFETY: the scan's index relation, open for the whole scan.
     let _bound = open.bind(unsafe { (*scan).indexRelation });
-    let cursor = run.cursor.as_mut().expect("cursor present while running");
-    let passes_before = cursor.passes();
-    let hit = match cursor.next_hit() {
-        Ok(h) => h,
-        Err(e) => {
-            run.failed = true;
-            raise(
-                PgSqlErrorCode::ERRCODE_IO_ERROR,
-                format!("navis search failed: {e}"),
-                None,
-            )
+    loop {
+        if run.returned >= run.limit {
+            return false;
         }
-    };
-    // SAFETY: as above.
-    io_stats::report(
-        unsafe { (*scan).indexRelation },
-        &cursor.counters(),
-        &mut run.reported,
-    );
-    if run.calibrating && passes_before == 0 && cursor.passes() > 0 {
-        if let Some(w) = cursor.calibration_sample() {
-            run.open
-                .record_casr_sample(Caller::Search, run.calibration_list, w);
+        pgrx::check_for_interrupts!();
+        let cursor = run.cursor.as_mut().expect("cursor present while running");
+        let passes_before = cursor.passes();
+        let hit = match cursor.next_hit() {
+            Ok(h) => h,
+            Err(e) => {
+                run.failed = true;
+                raise(
+                    PgSqlErrorCode::ERRCODE_IO_ERROR,
+                    format!("navis search failed: {e}"),
+                    None,
+                )
+            }
+        };
+        // SAFETY: as above.
+        io_stats::report(
+            unsafe { (*scan).indexRelation },
+            &cursor.counters(),
+            &mut run.reported,
+        );
+        if passes_before == 0 && cursor.passes() > 0 {
+            if run.calibrating {
+                if let Some(w) = cursor.calibration_sample() {
+                    run.open
+                        .record_casr_sample(Caller::Search, run.calibration_list, w);
+                }
+                run.calibrating = false;
+            }
+            if let Some(admission) = run.admission.take() {
+                admission.admit(cursor);
+            }
         }
-        run.calibrating = false;
+        let Some(hit) = hit else { return false };
+        if let Some(served) = &state.served {
+            if !served.admits(hit.tid, hit.distance) {
+                continue; // returned from the cache, or closer than a row it returned
+            }
+        }
+        run.returned += 1;
+        set_tuple(scan, metric, hit.tid, hit.distance);
+        return true;
     }
-    let Some(hit) = hit else { return false };
-    run.returned += 1;
-    // SAFETY: filling the descriptor's output fields for this tuple.
-    unsafe {
-        let tid = &mut (*scan).xs_heaptid;
-        pgrx::itemptr::item_pointer_set_all(tid, hit.tid.block, hit.tid.offset);
-        (*scan).xs_recheck = false;
-        (*scan).xs_recheckorderby = false;
-        if (*scan).numberOfOrderBys > 0 {
-            *(*scan).xs_orderbyvals = sql_distance(metric, hit.distance).into_datum().unwrap();
-            *(*scan).xs_orderbynulls = false;
-        }
-    }
-    true
 }
 
 #[pg_guard]
 pub unsafe extern "C-unwind" fn amendscan(scan: pg_sys::IndexScanDesc) {
-    state_of(scan).running = None;
+    let state = state_of(scan);
+    state.running = None;
+    state.served = None;
+    state.deferred = None;
 }

@@ -84,6 +84,7 @@ unsafe extern "C-unwind" fn on_shmem_request() {
         }
         pg_sys::RequestAddinShmemSpace(std::mem::size_of::<NavisShared>());
         pg_sys::RequestAddinShmemSpace(crate::cache::region_bytes());
+        crate::result_cache::request();
         pg_sys::RequestNamedLWLockTranche(LOCK_TRANCHE.as_ptr(), VERTEX_LOCK_STRIPES as i32);
         pg_sys::RequestNamedLWLockTranche(ALLOCATOR_TRANCHE.as_ptr(), ALLOCATOR_LOCKS as i32);
     }
@@ -119,6 +120,8 @@ unsafe extern "C-unwind" fn on_shmem_startup() {
         }
         // The edge-page cache (its own named block, sized by navis.cache_size).
         crate::cache::init_shared();
+        // The result cache (its own named block, sized by navis.result_cache_size).
+        crate::result_cache::init_shared();
         pg_sys::LWLockRelease(init_lock);
         SHARED.store(shared, Ordering::Release);
     }

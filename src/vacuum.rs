@@ -65,7 +65,17 @@ pub unsafe extern "C-unwind" fn ambulkdelete(
         // SAFETY: VACUUM's callback with its own state; it only looks the TID up.
         unsafe { callback(&mut item, callback_state) }
     };
-    match open.index.bulk_delete(is_dead, &interrupt_pending) {
+    // Cached rows VACUUM removes leave the result cache first, before the heap may reuse
+    // their TIDs; no search overlapping this VACUUM admits an entry (RFC 0003 §6).
+    let (build_id, metric) = (open.build_id, open.index.metric());
+    crate::result_cache::vacuum_begin(index, build_id, metric, &mut |tid| is_dead(tid));
+    // An ERROR in the bulk delete must not leave admissions refused until the next VACUUM.
+    let bulk_delete =
+        std::panic::AssertUnwindSafe(|| open.index.bulk_delete(is_dead, &interrupt_pending));
+    let deleted = pgrx::PgTryBuilder::new(bulk_delete)
+        .finally(|| crate::result_cache::vacuum_end(index, build_id, metric))
+        .execute();
+    match deleted {
         Ok(report) => {
             // SAFETY: `stats` is the palloc'd result returned to VACUUM.
             unsafe {
