@@ -640,11 +640,12 @@ source pg_test/cluster_wait_events.sh
 source pg_test/cluster_standby.sh
 source pg_test/cluster_fdw.sh
 source pg_test/cluster_build.sh
+source pg_test/cluster_result_cache.sh
 
 # The cluster tests use two test-only SQL functions (src/test_functions.rs) as well.
 export PATH="${HOME:-/root}/.cargo/bin:$PATH"
 cargo pgrx install --pg-config "$PGBIN/pg_config" --features test_functions >/dev/null
-cluster_start "$DIR" "$PORT" "shared_preload_libraries = 'navis'"
+cluster_start "$DIR" "$PORT" "shared_preload_libraries = 'navis'" "navis.result_cache_size = '16MB'"
 trap 'cluster_stop "$DIR"' EXIT
 sql -c "CREATE EXTENSION navis"
 # NAVIS_CLUSTER_TESTS=regex runs only the matching tests.
