@@ -9,7 +9,7 @@ Workload (paper §6, "simZipf"): GROUPS seed queries from query.fbin, each with 
 similar queries q' = (1 - λ)·q + λ·p (λ uniform in [0, 0.5], p another seed query); a
 Zipfian choice of group (exponent s, groups ranked in a random order) and a uniform choice of
 member per request, REQUESTS requests per exponent, sent one after another by one client
-through a prepared `ORDER BY embedding <-> $1 LIMIT k`.
+through a prepared `ORDER BY embedding <-> %s LIMIT k`.
 
 For each exponent and each configuration, on an emptied cache (navis_result_cache_reset()):
   none   navis.result_cache = off
@@ -82,7 +82,7 @@ def cache_stats(conn, index):
 def warm_up(conn, table, vectors, k, warmup):
     """Runs the warm-up queries with the cache off; returns the request SQL and parameters."""
     params = encode_params(vectors, "real")
-    sql = f"SELECT id FROM {table} ORDER BY embedding <-> $1 LIMIT {k}"
+    sql = f"SELECT id FROM {table} ORDER BY embedding <-> %s LIMIT {k}"
     with conn.cursor() as cur:
         cur.execute("SET navis.result_cache = off")
         for w in encode_params(warmup, "real"):
@@ -248,7 +248,7 @@ def main():
                 cur.execute(f"INSERT INTO {table} (id, embedding) VALUES (%s, %s)", (int(i), v))
         live[held] = True
         order = rng.permutation(answered)
-        sql = f"SELECT id FROM {table} ORDER BY embedding <-> $1 LIMIT {args.k}"
+        sql = f"SELECT id FROM {table} ORDER BY embedding <-> %s LIMIT {args.k}"
         params = encode_params(vectors, "real")
         deleted = 0
         for share in (0.05, 0.10, 0.25):

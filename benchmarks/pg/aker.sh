@@ -6,13 +6,15 @@
 # Runs aker.py (see its docstring: simZipf groups of 50 similar queries, Zipf 0.30/0.60/0.99,
 # 20,000 requests, no cache / a fixed global threshold / Aker, then the refresh stress test)
 # against a throwaway cluster. The result cache gets one partition (navis.result_cache_indexes
-# = 1) of about POOL_PCT percent (default 2: the paper measured 1, 2 and 5) of the table's rows
-# as neighbour objects (objects take 60% of a partition).
+# = 1) sized for POOL neighbour objects (default: as many as REQUESTS; objects take 60% of a
+# partition). The paper's pools were 1-5% of 10M rows for 100K requests, i.e. 1-5 objects per
+# request; a percentage of these small tables would give a few hundred entries for 20,000
+# requests, so the pool follows the request stream instead, at the paper's 1% ratio.
 # Regime a: everything cached (shared_buffers 1GB). Regime b: the server in a cgroup memory
 # group limited to LIMIT_MB (default 384, as compare.sh) with shared_buffers 64MB; the index
 # is built before the limit, then the server restarts inside it with a cold page cache.
-# Environment: REQUESTS, ZIPF, CONFIGS, LIST (navis.search_list, default 40), GROUPS, REFRESH
-# (1: run the refresh stress test, default), LIMIT_MB, CACHE_MB (NAVIS-Cache, 64), POOL_PCT,
+# Environment: REQUESTS, ZIPF, CONFIGS, LIST (navis.search_list, default 40), NGROUPS, REFRESH
+# (1: run the refresh stress test, default), LIMIT_MB, CACHE_MB (NAVIS-Cache, 64), POOL,
 # OUT (benchmarks/data/aker/DATASET-REGIME). Needs the release build installed, as compare.sh.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -26,9 +28,9 @@ D=$DATA/$NAME
 "$PY" -c 'import psycopg' 2>/dev/null || "$DATA/venv/bin/pip" install -q --no-deps -r "$HERE/requirements.txt"
 OUT=${OUT:-$DATA/aker/$NAME-$REGIME}
 CDIR=/tmp/navis-aker PORT=54343
-LIMIT_MB=${LIMIT_MB:-384} CACHE_MB=${CACHE_MB:-64} POOL_PCT=${POOL_PCT:-2}
+LIMIT_MB=${LIMIT_MB:-384} CACHE_MB=${CACHE_MB:-64}
 REQUESTS=${REQUESTS:-20000} ZIPF=${ZIPF:-0.30,0.60,0.99} CONFIGS=${CONFIGS:-none,fixed,aker}
-LIST=${LIST:-40} GROUPS=${GROUPS:-1000} REFRESH=${REFRESH:-1}
+LIST=${LIST:-40} NGROUPS=${NGROUPS:-1000} REFRESH=${REFRESH:-1}
 mkdir -p "$OUT"
 installed=$(/usr/lib/postgresql/15/bin/pg_config --pkglibdir)/navis.so
 if ! cmp -s "$installed" "$ROOT/target/release/libnavis.so"; then
@@ -37,8 +39,9 @@ if ! cmp -s "$installed" "$ROOT/target/release/libnavis.so"; then
   exit 1
 fi
 read -r ROWS DIM < <("$PY" -c 'import sys,struct; print(*struct.unpack("<II", open(sys.argv[1],"rb").read(8)))' "$D/base.fbin")
+POOL=${POOL:-$REQUESTS}
 # objects of (dim + 10) words each are 60% of the partition
-RC_MB=$(( (ROWS * POOL_PCT / 100 * 4 * (DIM + 10) * 10 / 6 + (1 << 20) - 1) / (1 << 20) + 1 ))
+RC_MB=$(( (POOL * 4 * (DIM + 10) * 10 / 6 + (1 << 20) - 1) / (1 << 20) + 1 ))
 # shellcheck source=../../scripts/lib/cluster.sh
 source "$ROOT/scripts/lib/cluster.sh"
 # shellcheck source=memlimit.sh
@@ -50,8 +53,8 @@ cluster_start "$CDIR" "$PORT" "shared_preload_libraries = 'navis'" "shared_buffe
 trap 'cluster_stop "$CDIR"; memlimit_remove aker >/dev/null 2>&1 || true' EXIT
 refresh=(); [ "$REFRESH" = 1 ] && refresh=(--refresh)
 args=("$D" --host "$CDIR" --port "$PORT" --requests "$REQUESTS" --zipf "$ZIPF" --configs "$CONFIGS"
-      --search-list "$LIST" --groups "$GROUPS" "${refresh[@]}")
-echo "== $NAME, regime $REGIME: result cache ${RC_MB}MB (${POOL_PCT}% of $ROWS rows), $(uptime)"
+      --search-list "$LIST" --groups "$NGROUPS" "${refresh[@]}")
+echo "== $NAME, regime $REGIME: result cache ${RC_MB}MB (a pool of $POOL objects, $ROWS rows), $(uptime)"
 (cd "$HERE" && "$PY" aker.py "${args[@]}" --load-only)
 if [ "$REGIME" = b ]; then
   cluster_stop "$CDIR"
