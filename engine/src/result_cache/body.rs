@@ -103,14 +103,14 @@ impl<'a> Body<'a> {
         self.w.get(self.e(e, E_STATE))
     }
 
-    pub fn query_of(&self, e: u32, out: &mut Vec<f32>) {
-        out.resize(self.g.dim, 0.0);
-        self.w.read_floats(self.e(e, E_QUERY), out);
+    /// The query vector of entry `e`, in place.
+    pub fn query(&self, e: u32) -> &'a [f32] {
+        self.w.floats(self.e(e, E_QUERY), self.g.dim)
     }
 
-    pub fn object_vector(&self, o: u32, out: &mut Vec<f32>) {
-        out.resize(self.g.dim, 0.0);
-        self.w.read_floats(self.g.object(o) + O_VECTOR, out);
+    /// The vector of object `o`, in place.
+    pub fn object(&self, o: u32) -> &'a [f32] {
+        self.w.floats(self.g.object(o) + O_VECTOR, self.g.dim)
     }
 
     pub fn object_tid(&self, o: u32) -> HeapTid {
@@ -292,11 +292,9 @@ impl<'a> Body<'a> {
     pub fn set_row_distances(&self, e: u32, query: &[f32]) {
         let len = self.w.get(self.e(e, E_LEN)) as usize;
         let k = self.w.get(self.e(e, E_K)) as usize;
-        let mut v = Vec::new();
-        let mut dist_of = |i: usize| {
+        let dist_of = |i: usize| {
             let o = self.w.get(self.e(e, E_ROWS) + i);
-            self.object_vector(o, &mut v);
-            self.metric.search_distance(query, &v)
+            self.metric.search_distance(query, self.object(o))
         };
         let (d_k, max_d) = if len == 0 {
             (f32::INFINITY, f32::INFINITY)

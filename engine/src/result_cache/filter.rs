@@ -44,9 +44,8 @@ impl Body<'_> {
             && self.w.get(self.e(e, E_EPOCH)) == epoch
     }
 
-    fn squared_distance(&self, e: u32, query: &[f32], buf: &mut Vec<f32>) -> f32 {
-        self.query_of(e, buf);
-        crate::kernels().l2_squared(query, buf)
+    fn squared_distance(&self, e: u32, query: &[f32]) -> f32 {
+        crate::kernels().l2_squared(query, self.query(e))
     }
 
     /// Best-first search of one filter: up to `ef` nodes (tombstones included), closest
@@ -56,10 +55,9 @@ impl Body<'_> {
         if start == NONE || start as usize >= self.g.entries || !self.in_filter(start, epoch) {
             return Vec::new();
         }
-        let mut buf = Vec::new();
         let mut visited = FxHashSet::default();
         visited.insert(start);
-        let d0 = self.squared_distance(start, query, &mut buf);
+        let d0 = self.squared_distance(start, query);
         let mut frontier = BinaryHeap::from([std::cmp::Reverse(Near(d0, start))]);
         let mut best = BinaryHeap::from([Near(d0, start)]);
         while let Some(std::cmp::Reverse(c)) = frontier.pop() {
@@ -72,7 +70,7 @@ impl Body<'_> {
                 if n as usize >= self.g.entries || !self.in_filter(n, epoch) || !visited.insert(n) {
                     continue;
                 }
-                let d = self.squared_distance(n, query, &mut buf);
+                let d = self.squared_distance(n, query);
                 if best.len() < ef || d < best.peek().map_or(f32::INFINITY, |b| b.0) {
                     frontier.push(std::cmp::Reverse(Near(d, n)));
                     best.push(Near(d, n));
@@ -111,15 +109,14 @@ impl Body<'_> {
             self.w.set(f, e);
         }
         self.bump(f + 1, 1);
-        let mut buf = Vec::new();
         for n in links {
-            self.link_back(n.1, e, n.0, &mut buf);
+            self.link_back(n.1, e, n.0);
         }
     }
 
     /// Adds the edge `from -> to` (squared distance `d`), replacing `from`'s farthest
     /// neighbour when its list is full and `to` is closer.
-    fn link_back(&self, from: u32, to: u32, d: f32, buf: &mut Vec<f32>) {
+    fn link_back(&self, from: u32, to: u32, d: f32) {
         let degree = self.w.get(self.e(from, E_DEGREE)) as usize;
         let at = self.e(from, E_NEIGHBOURS);
         if degree < FILTER_DEGREE {
@@ -127,12 +124,11 @@ impl Body<'_> {
             self.w.set(self.e(from, E_DEGREE), degree as u32 + 1);
             return;
         }
-        let mut own = Vec::new();
-        self.query_of(from, &mut own);
+        let own = self.query(from);
         let farthest = (0..FILTER_DEGREE)
             .map(|i| {
                 let n = self.w.get(at + i);
-                (self.squared_distance(n, &own, buf), i)
+                (self.squared_distance(n, own), i)
             })
             .max_by(|a, b| a.0.total_cmp(&b.0));
         if let Some((far, i)) = farthest {

@@ -449,12 +449,13 @@ impl Partition<'_> {
                     link_alias = Some((rep, b.w.u64(b.e(rep, E_FIFO))));
                 }
             }
-            let mut v = Vec::new();
             let mut rows: Vec<(HeapTid, f32)> = b
                 .rows(rep)
                 .map(|o| {
-                    b.object_vector(o, &mut v);
-                    (b.object_tid(o), self.metric.search_distance(query, &v))
+                    (
+                        b.object_tid(o),
+                        self.metric.search_distance(query, b.object(o)),
+                    )
                 })
                 .collect();
             rows.sort_by(|a, b| a.1.total_cmp(&b.1));

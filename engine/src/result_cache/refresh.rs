@@ -49,13 +49,9 @@ impl Body<'_> {
             return false;
         };
         let mut rows: Vec<u32> = self.rows(e).collect();
-        let mut buf = Vec::new();
         let pos = rows
             .iter()
-            .position(|&r| {
-                self.object_vector(r, &mut buf);
-                self.metric.search_distance(query, &buf) > d
-            })
+            .position(|&r| self.metric.search_distance(query, self.object(r)) > d)
             .unwrap_or(rows.len());
         rows.insert(pos, o);
         if rows.len() > want {
@@ -130,11 +126,10 @@ impl Body<'_> {
         self.w.set_u64(H_LOG_TAIL, tail + 1);
         out.log_wrapped = self.evict_unrefreshable(evictions);
 
-        let mut query = Vec::new();
         if let Some((e, _)) = self.nearest_representative(vector) {
-            self.query_of(e, &mut query);
-            let d = self.metric.search_distance(&query, vector);
-            out.fast = self.insert_row(e, &query, tid, vector, d);
+            let query = self.query(e);
+            let d = self.metric.search_distance(query, vector);
+            out.fast = self.insert_row(e, query, tid, vector, d);
         }
         if self.risk() >= RISK_THRESHOLD {
             if let Some(added) = self.slow_path_step() {
@@ -174,9 +169,7 @@ impl Body<'_> {
         let (head, tail) = (self.w.u64(H_LOG_HEAD), self.w.u64(H_LOG_TAIL));
         let from = self.w.u64(self.e(e, E_LOG_CHECKPOINT)).max(head);
         let to = (from + SLOW_PATH_BATCH).min(tail);
-        let mut query = Vec::new();
-        self.query_of(e, &mut query);
-        let mut vector = vec![0.0; self.g.dim];
+        let query = self.query(e);
         let mut added = 0;
         for seq in from..to {
             let at = self.g.log_record(seq);
@@ -188,9 +181,9 @@ impl Body<'_> {
                 block,
                 offset: self.w.get(at + L_TID + 1) as u16,
             };
-            self.w.read_floats(at + L_VECTOR, &mut vector);
-            let d = self.metric.search_distance(&query, &vector);
-            if self.insert_row(e, &query, tid, &vector, d) {
+            let vector = self.w.floats(at + L_VECTOR, self.g.dim);
+            let d = self.metric.search_distance(query, vector);
+            if self.insert_row(e, query, tid, vector, d) {
                 added += 1;
             }
         }
@@ -232,7 +225,6 @@ impl Body<'_> {
             return (0, 0);
         }
         let (mut removed, mut evicted) = (0u64, 0u64);
-        let mut query = Vec::new();
         for e in 0..self.g.entries as u32 {
             if self.state(e) != STATE_REPRESENTATIVE {
                 continue;
@@ -256,8 +248,7 @@ impl Body<'_> {
                 *evictions += 1;
                 evicted += 1;
             } else {
-                self.query_of(e, &mut query);
-                self.set_row_distances(e, &query);
+                self.set_row_distances(e, self.query(e));
             }
         }
         (removed, evicted)

@@ -92,9 +92,7 @@ fn verify(region: &HeapRegion, p: usize) {
                     refs[o as usize] += 1;
                 }
                 let hash = b.w.u64(b.e(e, E_HASH));
-                let mut q = Vec::new();
-                b.query_of(e, &mut q);
-                assert_eq!(b.find_query(hash, &q), Some(e));
+                assert_eq!(b.find_query(hash, b.query(e)), Some(e));
             }
             STATE_ALIAS => {
                 aliases += 1;
@@ -445,4 +443,37 @@ fn concurrent_lookups_admissions_inserts_and_vacuums_stay_consistent() {
         }
     });
     verify(&r, 0);
+}
+
+/// Lookup and admission cost at a realistic size (run with --ignored --nocapture in release).
+#[test]
+#[ignore]
+fn lookup_cost_at_five_thousand_entries() {
+    let dim = 784;
+    let r = HeapRegion::new(120 << 20, 1).unwrap();
+    let locks = LocalLocks::default();
+    let p = r.cache.claim(&locks, 9, dim, Metric::L2, (1, 2)).unwrap();
+    let mut rng = ChaCha8Rng::seed_from_u64(5);
+    let rows: Vec<Vec<f32>> = (0..20_000)
+        .map(|_| (0..dim).map(|_| rng.gen_range(0.0..1.0)).collect())
+        .collect();
+    let t = std::time::Instant::now();
+    for i in 0..5_000u32 {
+        let q: Vec<f32> = (0..dim).map(|_| rng.gen_range(0.0..1.0)).collect();
+        let picked: Vec<(HeapTid, &[f32])> = (0..20)
+            .map(|j| {
+                let id = (i * 4 + j) % 20_000;
+                (tid(id), rows[id as usize].as_slice())
+            })
+            .collect();
+        let _ = p.admit(&locks, &q, 0, p.vacuum_ticket(), 10, &picked);
+    }
+    println!("admit: {:?} each", t.elapsed() / 5_000);
+    let t = std::time::Instant::now();
+    for _ in 0..2_000 {
+        let q: Vec<f32> = (0..dim).map(|_| rng.gen_range(0.0..1.0)).collect();
+        assert!(p.lookup(&locks, &q, 0, &adaptive()).is_none());
+    }
+    println!("missed lookup: {:?} each", t.elapsed() / 2_000);
+    println!("{:?}", &r.cache.stats(&locks)[0].counters[..12]);
 }

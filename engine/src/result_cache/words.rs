@@ -54,12 +54,17 @@ impl<'a> Words<'a> {
         f(f32::from_bits(prev))
     }
 
-    /// Copies `out.len()` floats starting at word `i` into `out`.
-    pub fn read_floats(self, i: usize, out: &mut [f32]) {
-        let n = out.len();
-        for (o, w) in out.iter_mut().zip(&self.0[i..i + n]) {
-            *o = f32::from_bits(w.load(Relaxed));
-        }
+    /// The floats at words `i..i + len`, read in place.
+    ///
+    /// Every caller holds the partition lock, and words are written only under its exclusive
+    /// mode, never while a view of them is alive (the body writes a vector only into a slot
+    /// it is filling or has just allocated), so no write races with these reads.
+    #[inline]
+    pub fn floats(self, i: usize, len: usize) -> &'a [f32] {
+        let words = &self.0[i..i + len];
+        // SAFETY: AtomicU32 has the size, alignment and bit validity of f32, and by the rule
+        // above nothing writes these words while the returned slice lives.
+        unsafe { std::slice::from_raw_parts(words.as_ptr() as *const f32, len) }
     }
 
     pub fn write_floats(self, i: usize, v: &[f32]) {
