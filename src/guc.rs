@@ -216,7 +216,7 @@ pub fn register() {
           adaptive thresholds and aliases. In the index's Euclidean geometry (unit vectors for cosine).",
         &RESULT_CACHE_FIXED_THRESHOLD,
         0.0,
-        f64::MAX,
+        1e12,
     );
     // Unknown navis.* names (typos such as navis.serch_list) become errors instead of
     // silently creating placeholder settings.

@@ -323,7 +323,10 @@ CREATE VIEW navis_result_cache_stats AS
     WHERE s.database_oid = (SELECT oid FROM pg_database WHERE datname = current_database());
 COMMENT ON VIEW navis_result_cache_stats IS
     'Aker result cache: per index of this database, entries, memory, thresholds, hits by kind, misses, fall-throughs, refreshes, evictions';
+GRANT SELECT ON navis_result_cache_stats TO PUBLIC;
+-- Emptying the cache costs every session its hits: superusers only, as pg_stat_reset().
+REVOKE EXECUTE ON FUNCTION navis_result_cache_reset() FROM PUBLIC;
 "#,
     name = "navis_result_cache_stats_view",
-    requires = [navis_result_cache_stats]
+    requires = [navis_result_cache_stats, navis_result_cache_reset]
 );

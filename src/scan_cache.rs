@@ -24,6 +24,9 @@ pub struct ServedRows {
     next: usize,
     returned: HashSet<HeapTid>,
     last: f32,
+    /// `navis.iterative_scan = relaxed_order`: a closer row found later is returned late,
+    /// not skipped.
+    relaxed: bool,
     partition: Partition<'static>,
 }
 
@@ -46,9 +49,10 @@ impl ServedRows {
         self.partition.count_fall_through();
     }
 
-    /// Whether a row the fall-through search found may follow the cached rows.
+    /// Whether a row the fall-through search found may follow the cached rows: never one
+    /// they returned; in strict order, none closer than the last of them.
     pub fn admits(&self, tid: HeapTid, distance: f32) -> bool {
-        !self.returned.contains(&tid) && distance >= self.last
+        !self.returned.contains(&tid) && (self.relaxed || distance >= self.last)
     }
 }
 
@@ -141,6 +145,7 @@ pub fn lookup(
             next: 0,
             returned: HashSet::new(),
             last: f32::NEG_INFINITY,
+            relaxed: guc::ITERATIVE_SCAN.get() == guc::IterativeScan::RelaxedOrder,
             partition,
         }),
         None => {

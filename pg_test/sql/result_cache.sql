@@ -108,5 +108,12 @@ SELECT hc('hits_equality') - :before AS still_one_hit;
 SELECT count(DISTINCT partition) AS partitions_held FROM navis_result_cache_stats;
 DROP INDEX h_v;
 SELECT count(DISTINCT partition) AS partitions_held FROM navis_result_cache_stats;
+-- anyone may read the statistics; emptying the cache costs every session its hits, so only
+-- superusers may (as pg_stat_reset())
+CREATE ROLE rc_reader;
+SET ROLE rc_reader;
+SELECT count(*) > 0 AS stats_readable FROM navis_result_cache_stats;
+SELECT navis_result_cache_reset();
+RESET ROLE;
 SELECT navis_result_cache_reset();
 SELECT count(*) AS partitions_held FROM navis_result_cache_stats;
