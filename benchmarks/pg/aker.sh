@@ -32,6 +32,7 @@ LIMIT_MB=${LIMIT_MB:-384} CACHE_MB=${CACHE_MB:-64}
 REQUESTS=${REQUESTS:-20000} ZIPF=${ZIPF:-0.30,0.60,0.99} CONFIGS=${CONFIGS:-none,fixed,aker}
 LIST=${LIST:-40} NGROUPS=${NGROUPS:-1000} REFRESH=${REFRESH:-1}
 mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)   # aker.py runs from benchmarks/pg
 installed=$(/usr/lib/postgresql/15/bin/pg_config --pkglibdir)/navis.so
 if ! cmp -s "$installed" "$ROOT/target/release/libnavis.so"; then
   echo "aker.sh: $installed is not this checkout's release build; run:" \
