@@ -38,6 +38,7 @@ import numpy as np
 from bench import connect, encode_params, load, read_fbin, build_index, resolve_system_args, setup_system
 
 TABLE_PREFIX = "aker_"
+RESERVE = 10  # navis.result_cache_reserve, from --reserve
 
 
 def exact_topk(base, live, queries, k):
@@ -93,6 +94,7 @@ def warm_up(conn, table, vectors, k, warmup):
 
 def measure(conn, table, index, config, threshold, vectors, requests, gt, k, warmup, list_size):
     with conn.cursor() as cur:
+        cur.execute(f"SET navis.result_cache_reserve = {RESERVE}")
         cur.execute("SELECT navis_result_cache_reset()")
         cur.execute("SET enable_seqscan = off")
         cur.execute(f"SET navis.search_list = {list_size}")
@@ -174,12 +176,15 @@ def main():
     p.add_argument("--configs", default="none,fixed,aker")
     p.add_argument("--search-list", type=int, default=40)
     p.add_argument("--k", type=int, default=10)
+    p.add_argument("--reserve", type=int, default=10, help="navis.result_cache_reserve (Δ)")
     p.add_argument("--refresh", action="store_true")
     p.add_argument("--skip-load", action="store_true", help="reuse table and index")
     p.add_argument("--load-only", action="store_true", help="load and build, then stop")
     p.add_argument("--json")
     p.add_argument("--seed", type=int, default=1)
     args = p.parse_args()
+    global RESERVE
+    RESERVE = args.reserve
     args.system, args.coltype, args.opclass = "navis", "real", None
     args.max_degree = args.build_list = args.pq_bytes = args.alpha = None
     args.build_threads = 2
@@ -211,7 +216,7 @@ def main():
     threshold = fixed_threshold(flat, rng)
     report["fixed_threshold"] = threshold
     print(f"# {name}: {n_rows} rows, {groups} groups x {args.group_size}, {args.requests} requests, "
-          f"L = {args.search_list}, fixed threshold {threshold:.4f}", flush=True)
+          f"L = {args.search_list}, reserve {args.reserve}, fixed threshold {threshold:.4f}", flush=True)
     exponents = [float(s) for s in args.zipf.split(",")]
     sequences = {s: zipf_sequence(rng, groups, s, args.requests) * args.group_size
                  + rng.integers(0, args.group_size, args.requests) for s in exponents}

@@ -13,7 +13,8 @@
 # Regime a: everything cached (shared_buffers 1GB). Regime b: the server in a cgroup memory
 # group limited to LIMIT_MB (default 384, as compare.sh) with shared_buffers 64MB; the index
 # is built before the limit, then the server restarts inside it with a cold page cache.
-# Environment: REQUESTS, ZIPF, CONFIGS, LIST (navis.search_list, default 40), NGROUPS, REFRESH
+# Environment: REQUESTS, ZIPF, CONFIGS, LIST (navis.search_list, default 40), NGROUPS, RESERVE
+# (navis.result_cache_reserve, default 10; the paper's search experiments used 0), REFRESH
 # (1: run the refresh stress test, default), LIMIT_MB, CACHE_MB (NAVIS-Cache, 64), POOL,
 # OUT (benchmarks/data/aker/DATASET-REGIME). Needs the release build installed, as compare.sh.
 set -euo pipefail
@@ -30,7 +31,7 @@ OUT=${OUT:-$DATA/aker/$NAME-$REGIME}
 CDIR=/tmp/navis-aker PORT=54343
 LIMIT_MB=${LIMIT_MB:-384} CACHE_MB=${CACHE_MB:-64}
 REQUESTS=${REQUESTS:-20000} ZIPF=${ZIPF:-0.30,0.60,0.99} CONFIGS=${CONFIGS:-none,fixed,aker}
-LIST=${LIST:-40} NGROUPS=${NGROUPS:-1000} REFRESH=${REFRESH:-1}
+LIST=${LIST:-40} NGROUPS=${NGROUPS:-1000} REFRESH=${REFRESH:-1} RESERVE=${RESERVE:-10}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)   # aker.py runs from benchmarks/pg
 installed=$(/usr/lib/postgresql/15/bin/pg_config --pkglibdir)/navis.so
@@ -54,7 +55,7 @@ cluster_start "$CDIR" "$PORT" "shared_preload_libraries = 'navis'" "shared_buffe
 trap 'cluster_stop "$CDIR"; memlimit_remove aker >/dev/null 2>&1 || true' EXIT
 refresh=(); [ "$REFRESH" = 1 ] && refresh=(--refresh)
 args=("$D" --host "$CDIR" --port "$PORT" --requests "$REQUESTS" --zipf "$ZIPF" --configs "$CONFIGS"
-      --search-list "$LIST" --groups "$NGROUPS" "${refresh[@]}")
+      --search-list "$LIST" --groups "$NGROUPS" --reserve "$RESERVE" "${refresh[@]}")
 echo "== $NAME, regime $REGIME: result cache ${RC_MB}MB (a pool of $POOL objects, $ROWS rows), $(uptime)"
 (cd "$HERE" && "$PY" aker.py "${args[@]}" --load-only)
 if [ "$REGIME" = b ]; then
