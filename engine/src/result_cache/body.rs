@@ -250,17 +250,7 @@ impl<'a> Body<'a> {
         let mut guard = 3 * self.g.entries + 8;
         while self.free_entries() < 1 || self.free_objects() < self.objects_needed(rows) {
             guard -= 1;
-            if guard == 0 {
-                return Err(Refusal::NoSpace);
-            }
-            if self.free_entries() < 1 && self.tombstones() > 0 {
-                // Slots are short and tombstones hold some: evicting more would only make
-                // more tombstones (the whole cache, in the end). Sealing frees the standby's
-                // (a second round frees those the active filter had).
-                self.seal_active();
-                continue;
-            }
-            if !self.evict_oldest(evictions) {
+            if guard == 0 || !self.evict_oldest(evictions) {
                 return Err(Refusal::NoSpace);
             }
         }
@@ -372,13 +362,20 @@ impl<'a> Body<'a> {
         self.bump(H_REPRESENTATIVES, -1);
     }
 
-    /// Evicts the oldest representative (FIFO), which stays in its filter as a tombstone;
-    /// when tombstones outnumber the live representatives the active filter is sealed (the
-    /// standby's tombstones freed, its live entries moved). False when nothing is left.
+    /// Evicts the oldest representative (FIFO). Evictions happen in the standby filter: when
+    /// the oldest entry is in the active one, the standby has no live entries left and the
+    /// active filter is sealed first. False when nothing is left to evict.
     pub fn evict_oldest(&self, evictions: &mut u64) -> bool {
         loop {
             let (head, tail) = (self.w.u64(H_FIFO_HEAD), self.w.u64(H_FIFO_TAIL));
             if head == tail {
+                // Only tombstones hold entries: dropping both filters frees them.
+                let held = self.g.entries - self.free_entries();
+                if held > 0 && self.w.get(H_REPRESENTATIVES) == 0 && self.w.get(H_ALIASES) == 0 {
+                    self.seal_active(evictions);
+                    self.seal_active(evictions);
+                    return self.free_entries() > 0;
+                }
                 return false;
             }
             self.w.set_u64(H_FIFO_HEAD, head + 1);
@@ -388,10 +385,15 @@ impl<'a> Body<'a> {
             if self.state(e) != STATE_REPRESENTATIVE || self.w.u64(self.e(e, E_FIFO)) != head {
                 continue; // evicted out of order (invalidated) since
             }
+            if self.w.get(self.e(e, E_EPOCH)) == self.w.get(H_ACTIVE_EPOCH) {
+                self.seal_active(evictions);
+            }
             self.evict(e);
             *evictions += 1;
-            if self.tombstones() > self.w.get(H_REPRESENTATIVES) {
-                self.seal_active();
+            let standby = self.filter_words(self.w.get(H_ACTIVE_EPOCH).wrapping_sub(1));
+            let active = self.filter_words(self.w.get(H_ACTIVE_EPOCH));
+            if self.w.get(standby + 2) > self.w.get(standby + 1) + self.w.get(active + 1) {
+                self.seal_active(evictions);
             }
             return true;
         }

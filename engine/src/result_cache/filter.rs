@@ -138,22 +138,21 @@ impl Body<'_> {
         }
     }
 
-    /// Seals the active filter: it becomes the standby of a new, empty active one, and the
-    /// old standby is dropped: its tombstones are freed and its live representatives move into
-    /// the new active filter. (The paper leaves them open; evicting them would throw away the
-    /// live part of the standby, up to half the cache, at every seal.)
-    pub fn seal_active(&self) {
+    /// Seals the active filter: the standby's live representatives are evicted (they are the
+    /// oldest), its tombstones freed, and the active filter becomes the standby of a new,
+    /// empty active one.
+    pub fn seal_active(&self, evictions: &mut u64) {
         let active = self.w.get(H_ACTIVE_EPOCH);
         let standby = active.wrapping_sub(1);
-        let mut movers = Vec::new();
         for e in 0..self.g.entries as u32 {
-            if self.w.get(self.e(e, E_EPOCH)) != standby {
-                continue;
+            if self.state(e) == STATE_REPRESENTATIVE && self.w.get(self.e(e, E_EPOCH)) == standby {
+                self.evict(e);
+                *evictions += 1;
             }
-            match self.state(e) {
-                STATE_REPRESENTATIVE => movers.push(e),
-                STATE_TOMBSTONE => self.free_entry(e),
-                _ => {}
+        }
+        for e in 0..self.g.entries as u32 {
+            if self.state(e) == STATE_TOMBSTONE && self.w.get(self.e(e, E_EPOCH)) == standby {
+                self.free_entry(e);
             }
         }
         let next = active.wrapping_add(1);
@@ -162,15 +161,5 @@ impl Body<'_> {
         self.w.set(f + 1, 0);
         self.w.set(f + 2, 0);
         self.w.set(H_ACTIVE_EPOCH, next);
-        for e in movers {
-            self.filter_insert(e, self.query(e));
-        }
-    }
-
-    /// Tombstones in both filters.
-    pub fn tombstones(&self) -> u32 {
-        let active = self.w.get(H_ACTIVE_EPOCH);
-        self.w.get(self.filter_words(active) + 2)
-            + self.w.get(self.filter_words(active.wrapping_sub(1)) + 2)
     }
 }

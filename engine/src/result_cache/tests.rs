@@ -445,39 +445,6 @@ fn concurrent_lookups_admissions_inserts_and_vacuums_stay_consistent() {
     verify(&r, 0);
 }
 
-#[test]
-fn a_full_cache_evicts_a_few_entries_per_admission_never_all_of_them() {
-    // Small entries (8-d): the entry slots, not the objects, run out first.
-    let (r, locks) = (HeapRegion::new(1 << 20, 1).unwrap(), LocalLocks::default());
-    let p = claim(&r, &locks);
-    let t = Table::new(20_000, 12);
-    let mut rng = ChaCha8Rng::seed_from_u64(120);
-    let (mut before, mut worst, mut most, mut fewest) = (0, 0, 0, u32::MAX);
-    for i in 0..2_000 {
-        let q = vector(&mut rng);
-        p.admit(&locks, &q, 0, p.vacuum_ticket(), 10, &t.top(&q, 10))
-            .unwrap();
-        let evictions = stat(&r, Stat::Evictions);
-        worst = worst.max(evictions - before);
-        before = evictions;
-        let held = r.cache.stats(&locks)[0].representatives;
-        most = most.max(held);
-        if i >= 1_000 {
-            fewest = fewest.min(held);
-        }
-        if i % 200 == 0 {
-            verify(&r, 0);
-        }
-    }
-    assert!(before > 0, "the cache filled");
-    assert!(worst <= 2, "one admission evicted {worst} entries");
-    assert!(
-        fewest * 10 >= most * 9,
-        "between {fewest} and {most} entries once full"
-    );
-    verify(&r, 0);
-}
-
 /// Lookup and admission cost at a realistic size (run with --ignored --nocapture in release).
 #[test]
 #[ignore]
