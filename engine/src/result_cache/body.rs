@@ -52,7 +52,6 @@ impl<'a> Body<'a> {
         w.set(H_DIM, 0);
         let g = Geometry::fit(dim, w.0.len())?;
         w.fill(0, HEADER_WORDS, 0);
-        w.set(H_METRIC, metric.code());
         w.set(H_ENTRIES, g.entries as u32);
         w.set(H_OBJECTS, g.objects as u32);
         w.set(H_LOG, g.log as u32);

@@ -63,7 +63,6 @@ pub(super) struct Slot {
 // Partition header words.
 pub(super) const H_CLAIM: usize = 0; // u64
 pub(super) const H_DIM: usize = 2; // 0: not formatted
-pub(super) const H_METRIC: usize = 3;
 pub(super) const H_ENTRIES: usize = 4;
 pub(super) const H_OBJECTS: usize = 5;
 pub(super) const H_LOG: usize = 6;
