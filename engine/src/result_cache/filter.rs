@@ -138,6 +138,77 @@ impl Body<'_> {
         }
     }
 
+    /// Frees the slots of all tombstones, routing around them: a node that linked to one
+    /// takes instead that tombstone's live neighbour nearest to it (or loses the link when it
+    /// has none). One pass over the filter links, no filter search: a cache whose entry slots
+    /// run out before its objects frees slots in batches instead of evicting entry after
+    /// entry until a whole filter is dropped. Returns the slots freed.
+    pub fn free_tombstones(&self) -> usize {
+        let entries = self.g.entries as u32;
+        let doomed: FxHashSet<u32> = (0..entries)
+            .filter(|&e| self.state(e) == STATE_TOMBSTONE)
+            .collect();
+        if doomed.is_empty() {
+            return 0;
+        }
+        // A doomed node's links that survive, nearest first from the node's own query.
+        let detours =
+            |t: u32| -> Vec<u32> { self.links(t).filter(|n| !doomed.contains(n)).collect() };
+        for p in (0..entries).filter(|&p| self.state(p) == STATE_REPRESENTATIVE) {
+            let at = self.e(p, E_NEIGHBOURS);
+            let mut degree = self.w.get(self.e(p, E_DEGREE)) as usize;
+            let mut i = 0;
+            while i < degree {
+                let t = self.w.get(at + i);
+                if !doomed.contains(&t) {
+                    i += 1;
+                    continue;
+                }
+                let own = self.query(p);
+                let replacement = detours(t)
+                    .into_iter()
+                    .filter(|&n| n != p && !(0..degree).any(|j| self.w.get(at + j) == n))
+                    .min_by(|&a, &b| {
+                        self.squared_distance(a, own)
+                            .total_cmp(&self.squared_distance(b, own))
+                    });
+                match replacement {
+                    Some(n) => {
+                        self.w.set(at + i, n);
+                        i += 1;
+                    }
+                    None => {
+                        degree -= 1;
+                        self.w.set(at + i, self.w.get(at + degree));
+                        self.w.set(self.e(p, E_DEGREE), degree as u32);
+                    }
+                }
+            }
+        }
+        let active = self.w.get(H_ACTIVE_EPOCH);
+        for epoch in [active, active.wrapping_sub(1)] {
+            let f = self.filter_words(epoch);
+            if doomed.contains(&self.w.get(f)) {
+                let start = (0..entries).find(|&e| {
+                    self.state(e) == STATE_REPRESENTATIVE && self.w.get(self.e(e, E_EPOCH)) == epoch
+                });
+                self.w.set(f, start.unwrap_or(NONE));
+            }
+            self.w.set(f + 2, 0);
+        }
+        doomed.iter().for_each(|&t| self.free_entry(t));
+        doomed.len()
+    }
+
+    /// The filter neighbours of `e` that are nodes of its filter.
+    fn links(&self, e: u32) -> impl Iterator<Item = u32> + '_ {
+        let epoch = self.w.get(self.e(e, E_EPOCH));
+        let degree = (self.w.get(self.e(e, E_DEGREE)) as usize).min(FILTER_DEGREE);
+        (0..degree)
+            .map(move |i| self.w.get(self.e(e, E_NEIGHBOURS) + i))
+            .filter(move |&n| (n as usize) < self.g.entries && self.in_filter(n, epoch))
+    }
+
     /// Seals the active filter: the standby's live representatives are evicted (they are the
     /// oldest), its tombstones freed, and the active filter becomes the standby of a new,
     /// empty active one.

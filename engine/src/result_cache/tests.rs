@@ -118,6 +118,42 @@ fn verify(region: &HeapRegion, p: usize) {
     }
     assert_eq!(used, b.w.get(H_OBJECTS_USED));
     assert_eq!(used as usize + b.free_objects(), b.g.objects);
+    verify_filters(&b);
+}
+
+/// Each filter's counts match its nodes, its entry point is one of them, and its links
+/// stay inside it (a freed slot is never linked to).
+fn verify_filters(b: &Body) {
+    let active = b.w.get(H_ACTIVE_EPOCH);
+    let mut held = 0;
+    for epoch in [active, active.wrapping_sub(1)] {
+        let f = b.filter_words(epoch);
+        let in_filter = |e: u32| {
+            matches!(b.state(e), STATE_REPRESENTATIVE | STATE_TOMBSTONE)
+                && b.w.get(b.e(e, E_EPOCH)) == epoch
+        };
+        let (mut live, mut tombstones) = (0, 0);
+        for e in (0..b.g.entries as u32).filter(|&e| in_filter(e)) {
+            match b.state(e) {
+                STATE_REPRESENTATIVE => live += 1,
+                _ => tombstones += 1,
+            }
+            let degree = b.w.get(b.e(e, E_DEGREE)) as usize;
+            for i in 0..degree {
+                let n = b.w.get(b.e(e, E_NEIGHBOURS) + i);
+                assert!(in_filter(n), "entry {e} links to {n} outside its filter");
+            }
+        }
+        assert_eq!((live, tombstones), (b.w.get(f + 1), b.w.get(f + 2)));
+        let start = b.w.get(f);
+        assert!(
+            (start == NONE) == (live + tombstones == 0) && (start == NONE || in_filter(start)),
+            "filter {epoch} starts at {start} with {live} + {tombstones} nodes"
+        );
+        held += live + tombstones;
+    }
+    held += b.w.get(H_ALIASES);
+    assert_eq!(held as usize + b.free_entries(), b.g.entries);
 }
 
 fn region() -> HeapRegion {
@@ -445,6 +481,77 @@ fn concurrent_lookups_admissions_inserts_and_vacuums_stay_consistent() {
     verify(&r, 0);
 }
 
+#[test]
+fn a_full_cache_evicts_a_few_entries_per_admission_never_all_of_them() {
+    // Small entries (8-d) sharing rows of a small table: the entry slots, not the objects,
+    // run out first. Before tombstones gave their slots up, one admission evicted entry
+    // after entry until a whole filter was dropped.
+    let (r, locks) = (HeapRegion::new(1 << 20, 1).unwrap(), LocalLocks::default());
+    let p = claim(&r, &locks);
+    let t = Table::new(20_000, 12);
+    let mut rng = ChaCha8Rng::seed_from_u64(120);
+    let (mut before, mut worst, mut most, mut fewest) = (0, 0, 0, u32::MAX);
+    let mut recent = Vec::new();
+    for i in 0..3_000 {
+        let q = vector(&mut rng);
+        p.admit(&locks, &q, 0, p.vacuum_ticket(), 10, &t.top(&q, 10))
+            .unwrap();
+        if i >= 2_900 {
+            recent.push(q);
+        }
+        let evictions = stat(&r, Stat::Evictions);
+        worst = worst.max(evictions - before);
+        before = evictions;
+        let held = r.cache.stats(&locks)[0].representatives;
+        most = most.max(held);
+        if i >= 1_500 {
+            fewest = fewest.min(held);
+        }
+        if i % 100 == 0 {
+            verify(&r, 0);
+        }
+    }
+    assert!(before > 0, "the cache filled");
+    // Slots are freed in batches of 1/64 of them.
+    let slots = {
+        let claim = r
+            .cache
+            .slot(0)
+            .claim
+            .load(std::sync::atomic::Ordering::Relaxed);
+        Body::open(r.cache.body(0), claim, Metric::L2)
+            .unwrap()
+            .g
+            .entries
+    };
+    assert!(
+        worst as usize <= 2 + slots / 64,
+        "one admission evicted {worst} of {slots} entries"
+    );
+    assert!(
+        fewest * 10 >= most * 9,
+        "between {fewest} and {most} entries once full"
+    );
+    verify(&r, 0);
+    // The filters still route to the nearest cached query after the slots were recycled:
+    // a query moved slightly from a recent entry's finds that entry.
+    let claim = r
+        .cache
+        .slot(0)
+        .claim
+        .load(std::sync::atomic::Ordering::Relaxed);
+    let b = Body::open(r.cache.body(0), claim, Metric::L2).unwrap();
+    let found = recent
+        .iter()
+        .filter(|q| {
+            let moved: Vec<f32> = q.iter().map(|x| x + 0.001).collect();
+            b.nearest_representative(&moved)
+                .is_some_and(|(e, _)| b.query(e) == q.as_slice())
+        })
+        .count();
+    assert!(found >= 95, "{found} of 100 recent entries found");
+}
+
 /// Lookup and admission cost at a realistic size (run with --ignored --nocapture in release).
 #[test]
 #[ignore]
@@ -475,5 +582,20 @@ fn lookup_cost_at_five_thousand_entries() {
         assert!(p.lookup(&locks, &q, 0, &adaptive()).is_none());
     }
     println!("missed lookup: {:?} each", t.elapsed() / 2_000);
+    // The 20,000 rows fit the objects, so from here the entry slots run out: every
+    // admission frees a tombstone's slot (one pass over the filter links).
+    let t = std::time::Instant::now();
+    for i in 5_000..15_000u32 {
+        let q: Vec<f32> = (0..dim).map(|_| rng.gen_range(0.0..1.0)).collect();
+        let picked: Vec<(HeapTid, &[f32])> = (0..20)
+            .map(|j| {
+                let id = (i * 4 + j) % 20_000;
+                (tid(id), rows[id as usize].as_slice())
+            })
+            .collect();
+        let _ = p.admit(&locks, &q, 0, p.vacuum_ticket(), 10, &picked);
+    }
+    println!("admit into a full cache: {:?} each", t.elapsed() / 10_000);
     println!("{:?}", &r.cache.stats(&locks)[0].counters[..12]);
+    println!("entries held: {}", r.cache.stats(&locks)[0].representatives);
 }
