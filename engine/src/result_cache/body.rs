@@ -294,9 +294,10 @@ impl<'a> Body<'a> {
         self.w.set(self.e(e, E_WANT), rows.len() as u32);
         self.w.set_f32(self.e(e, E_MIN_D), min_d);
         self.w.set_f32(self.e(e, E_TAU), min_d / 4.0);
-        self.set_row_distances(e, query);
+        self.write_row_distances(e, query);
         self.w
             .set_u64(self.e(e, E_LOG_CHECKPOINT), self.w.u64(H_LOG_TAIL));
+        self.account(e, true);
         self.w.set_u64(self.e(e, E_HASH), hash);
         self.w.set_u64(self.e(e, E_GENERATION), generation);
         self.queries().insert(key(hash), e);
@@ -310,8 +311,14 @@ impl<'a> Body<'a> {
         Ok(e)
     }
 
-    /// Recomputes d_k and maxD (index metric) of `e` from its rows.
+    /// Recomputes d_k and maxD (index metric) of representative `e` from its rows.
     pub fn set_row_distances(&self, e: u32, query: &[f32]) {
+        self.account(e, false);
+        self.write_row_distances(e, query);
+        self.account(e, true);
+    }
+
+    fn write_row_distances(&self, e: u32, query: &[f32]) {
         let len = self.w.get(self.e(e, E_LEN)) as usize;
         let k = self.w.get(self.e(e, E_K)) as usize;
         let dist_of = |i: usize| {
@@ -364,6 +371,7 @@ impl<'a> Body<'a> {
         if self.state(e) != STATE_REPRESENTATIVE {
             return;
         }
+        self.account(e, false);
         let rows: Vec<u32> = self.rows(e).collect();
         rows.into_iter().for_each(|o| self.release_object(o));
         self.w.set(self.e(e, E_LEN), 0);

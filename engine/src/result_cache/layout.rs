@@ -23,7 +23,7 @@ use crate::cache::spin::SpinLock;
 use std::sync::atomic::{AtomicU32, AtomicU64};
 
 pub(super) const MAGIC: u64 = 0x4e41_5649_5341_4b52; // "NAVISAKR"
-pub(super) const VERSION: u32 = 1;
+pub(super) const VERSION: u32 = 2;
 /// A slot, stack entry or link that names nothing.
 pub(super) const NONE: u32 = u32::MAX;
 
@@ -80,7 +80,14 @@ pub(super) const H_ROUND_ROBIN: usize = 25;
 pub(super) const H_REPRESENTATIVES: usize = 26;
 pub(super) const H_ALIASES: usize = 27;
 pub(super) const H_OBJECTS_USED: usize = 28;
-pub(super) const HEADER_WORDS: usize = 32;
+/// Sums over the representatives that make the risk model O(1) per insert: of their
+/// d_k / d_(k+Δ) ratios in 1/65536ths, and of their log checkpoints.
+pub(super) const H_RATIO_SUM: usize = 32; // u64
+pub(super) const H_CHECKPOINT_SUM: usize = 34; // u64
+/// No representative's log checkpoint is below this (the log-wrap check scans only when the
+/// log's head passes it).
+pub(super) const H_CHECKPOINT_FLOOR: usize = 36; // u64
+pub(super) const HEADER_WORDS: usize = 40;
 
 // Entry words.
 pub(super) const E_STATE: usize = 0;

@@ -76,34 +76,66 @@ impl Body<'_> {
         self.w.set(self.e(e, E_LEN), rows.len() as u32);
     }
 
-    /// The paper's risk R = r̄ · Ū / W: r(e) = d_k / d_(k+Δ) (1 when the two coincide or are
-    /// not positive distances), Ū the mean number of log records a representative has not
-    /// checked, W the log's length.
+    /// Entry `e`'s share of the risk sums: r(e) = d_k / d_(k+Δ) in 1/65536ths (1 when the
+    /// two coincide or are not positive distances), and its log checkpoint.
+    fn risk_terms(&self, e: u32) -> (u64, u64) {
+        let (d_k, max_d) = (self.w.f32(self.e(e, E_D_K)), self.w.f32(self.e(e, E_MAX_D)));
+        let ratio = if d_k > 0.0 && max_d > 0.0 {
+            (d_k / max_d).min(1.0)
+        } else {
+            1.0
+        };
+        (
+            (ratio * 65536.0) as u64,
+            self.w.u64(self.e(e, E_LOG_CHECKPOINT)),
+        )
+    }
+
+    /// Adds (`add`) or removes representative `e`'s terms to or from the risk sums: called
+    /// with `false` before any of them changes and with `true` after.
+    pub(super) fn account(&self, e: u32, add: bool) {
+        if self.state(e) != STATE_REPRESENTATIVE {
+            return;
+        }
+        let (ratio, checkpoint) = self.risk_terms(e);
+        let (r, c) = (self.w.u64(H_RATIO_SUM), self.w.u64(H_CHECKPOINT_SUM));
+        if add {
+            self.w.set_u64(H_RATIO_SUM, r + ratio);
+            self.w.set_u64(H_CHECKPOINT_SUM, c + checkpoint);
+        } else {
+            self.w.set_u64(H_RATIO_SUM, r - ratio);
+            self.w.set_u64(H_CHECKPOINT_SUM, c - checkpoint);
+        }
+    }
+
+    /// The sums `account` keeps, recomputed from every representative (for tests).
+    #[cfg(test)]
+    pub(super) fn risk_sums_by_scan(&self) -> (u64, u64) {
+        (0..self.g.entries as u32)
+            .filter(|&e| self.state(e) == STATE_REPRESENTATIVE)
+            .map(|e| self.risk_terms(e))
+            .fold((0, 0), |(r, c), (a, b)| (r + a, c + b))
+    }
+
+    pub(super) fn risk_sums(&self) -> (u64, u64) {
+        (self.w.u64(H_RATIO_SUM), self.w.u64(H_CHECKPOINT_SUM))
+    }
+
+    /// The paper's risk R = r̄ · Ū / W: r̄ the mean d_k / d_(k+Δ) of the representatives, Ū
+    /// the mean number of log records a representative has not checked, W the log's length.
+    /// O(1): every representative's checkpoint lies in [head, tail] (the log-wrap check evicts
+    /// the others before this runs), so Ū = tail − mean checkpoint.
     pub fn risk(&self) -> f64 {
         let (head, tail) = (self.w.u64(H_LOG_HEAD), self.w.u64(H_LOG_TAIL));
         let log_len = tail - head;
-        if log_len == 0 {
+        let reps = self.w.get(H_REPRESENTATIVES) as u64;
+        if log_len == 0 || reps == 0 {
             return 0.0;
         }
-        let (mut reps, mut ratio, mut unchecked) = (0u64, 0f64, 0u64);
-        for e in 0..self.g.entries as u32 {
-            if self.state(e) != STATE_REPRESENTATIVE {
-                continue;
-            }
-            reps += 1;
-            let (d_k, max_d) = (self.w.f32(self.e(e, E_D_K)), self.w.f32(self.e(e, E_MAX_D)));
-            ratio += if d_k > 0.0 && max_d > 0.0 {
-                (d_k / max_d).min(1.0) as f64
-            } else {
-                1.0
-            };
-            let checked = self.w.u64(self.e(e, E_LOG_CHECKPOINT)).max(head);
-            unchecked += tail - checked.min(tail);
-        }
-        if reps == 0 {
-            return 0.0;
-        }
-        (ratio / reps as f64) * (unchecked as f64 / reps as f64) / log_len as f64
+        let (ratio_sum, checkpoint_sum) = self.risk_sums();
+        let unchecked = (reps * tail).saturating_sub(checkpoint_sum);
+        (ratio_sum as f64 / 65536.0 / reps as f64) * (unchecked as f64 / reps as f64)
+            / log_len as f64
     }
 
     /// Appends an inserted row to the log and runs the fast path and, when the risk says so,
@@ -142,18 +174,29 @@ impl Body<'_> {
 
     /// Evicts representatives whose unchecked log records were overwritten: they could miss
     /// inserted rows for ever, so they stop answering (never stale without bound).
+    /// Scans only when the log's head has passed the checkpoint floor, and each scan evicts
+    /// at least the entry that set the floor, so the inserts pay O(entries) at most once per
+    /// eviction, not once per insert.
     fn evict_unrefreshable(&self, evictions: &mut u64) -> u32 {
         let head = self.w.u64(H_LOG_HEAD);
-        let mut n = 0;
+        if head <= self.w.u64(H_CHECKPOINT_FLOOR) {
+            return 0;
+        }
+        let (mut n, mut floor) = (0, self.w.u64(H_LOG_TAIL));
         for e in 0..self.g.entries as u32 {
-            if self.state(e) == STATE_REPRESENTATIVE
-                && self.w.u64(self.e(e, E_LOG_CHECKPOINT)) < head
-            {
+            if self.state(e) != STATE_REPRESENTATIVE {
+                continue;
+            }
+            let checkpoint = self.w.u64(self.e(e, E_LOG_CHECKPOINT));
+            if checkpoint < head {
                 self.evict(e);
                 *evictions += 1;
                 n += 1;
+            } else {
+                floor = floor.min(checkpoint);
             }
         }
+        self.w.set_u64(H_CHECKPOINT_FLOOR, floor);
         n
     }
 
@@ -187,7 +230,9 @@ impl Body<'_> {
                 added += 1;
             }
         }
+        self.account(e, false);
         self.w.set_u64(self.e(e, E_LOG_CHECKPOINT), to);
+        self.account(e, true);
         Some(added)
     }
 

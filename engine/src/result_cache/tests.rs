@@ -118,6 +118,18 @@ fn verify(region: &HeapRegion, p: usize) {
     }
     assert_eq!(used, b.w.get(H_OBJECTS_USED));
     assert_eq!(used as usize + b.free_objects(), b.g.objects);
+    assert_eq!(
+        b.risk_sums(),
+        b.risk_sums_by_scan(),
+        "the risk model's sums"
+    );
+    let floor = b.w.u64(H_CHECKPOINT_FLOOR);
+    for e in (0..b.g.entries as u32).filter(|&e| b.state(e) == STATE_REPRESENTATIVE) {
+        assert!(
+            b.w.u64(b.e(e, E_LOG_CHECKPOINT)) >= floor,
+            "entry {e} below the floor"
+        );
+    }
     verify_filters(&b);
 }
 
@@ -380,6 +392,53 @@ fn the_slow_path_refreshes_entries_the_fast_path_missed() {
 }
 
 #[test]
+fn entries_the_refresh_cannot_keep_up_with_stop_answering_when_the_log_wraps() {
+    // 60 entries, but one slow-path step checks 16 records of one entry per insert: the
+    // refresh falls behind, and entries whose unchecked records the log overwrites are
+    // evicted (they could miss an inserted row for ever). The others keep answering.
+    let (r, locks) = (HeapRegion::new(1 << 20, 1).unwrap(), LocalLocks::default());
+    let p = claim(&r, &locks);
+    let t = Table::new(2_000, 8);
+    let mut rng = ChaCha8Rng::seed_from_u64(80);
+    let queries: Vec<Vec<f32>> = (0..60).map(|_| vector(&mut rng)).collect();
+    for q in &queries {
+        p.admit(&locks, q, 0, p.vacuum_ticket(), 10, &t.top(q, 10))
+            .unwrap();
+    }
+    let log = {
+        let claim = r
+            .cache
+            .slot(0)
+            .claim
+            .load(std::sync::atomic::Ordering::Relaxed);
+        Body::open(r.cache.body(0), claim, Metric::L2)
+            .unwrap()
+            .g
+            .log as u32
+    };
+    for i in 0..3 * log {
+        let far: Vec<f32> = (0..DIM).map(|_| 50.0 + rng.gen::<f32>()).collect();
+        p.record_insert(&locks, tid(20_000 + i), &far);
+        if i % 97 == 0 {
+            verify(&r, 0);
+        }
+    }
+    let wrapped = stat(&r, Stat::InvalidatedByLogWrap);
+    let left = r.cache.stats(&locks)[0].representatives as u64;
+    assert!(wrapped > 0, "no entry fell behind the log");
+    assert_eq!(wrapped + left, 60, "every entry is either evicted or kept");
+    let answering = queries
+        .iter()
+        .filter(|q| p.lookup(&locks, q, 0, &adaptive()).is_some())
+        .count() as u64;
+    assert_eq!(
+        answering, left,
+        "the kept entries answer, the evicted ones do not"
+    );
+    verify(&r, 0);
+}
+
+#[test]
 fn fifo_eviction_keeps_the_newest_entries_and_the_structure_sound() {
     let (r, locks) = (
         HeapRegion::new(256 << 10, 1).unwrap(),
@@ -582,6 +641,12 @@ fn lookup_cost_at_five_thousand_entries() {
         assert!(p.lookup(&locks, &q, 0, &adaptive()).is_none());
     }
     println!("missed lookup: {:?} each", t.elapsed() / 2_000);
+    let t = std::time::Instant::now();
+    for i in 0..2_000u32 {
+        let v: Vec<f32> = (0..dim).map(|_| rng.gen_range(0.0..1.0)).collect();
+        p.record_insert(&locks, tid(100_000 + i), &v);
+    }
+    println!("recorded insert: {:?} each", t.elapsed() / 2_000);
     // The 20,000 rows fit the objects, so from here the entry slots run out: every
     // admission frees a tombstone's slot (one pass over the filter links).
     let t = std::time::Instant::now();
