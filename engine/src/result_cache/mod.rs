@@ -221,6 +221,22 @@ impl ResultCache {
             match (0..self.partitions).find(|&p| self.slot(p).tag.load(Ordering::Relaxed) == key) {
                 Some(p) => (p, self.slot(p).claim.load(Ordering::Relaxed), false),
                 None => {
+                    // The same index under an older tag (REINDEX, TRUNCATE, a rebuild of a
+                    // growing index): those entries are obsolete, so their partition is freed
+                    // rather than left held until least-recent use pushes it out.
+                    for p in 0..self.partitions {
+                        let s = self.slot(p);
+                        if s.tag.load(Ordering::Relaxed) != 0
+                            && (
+                                s.db_oid.load(Ordering::Relaxed),
+                                s.rel_oid.load(Ordering::Relaxed),
+                            ) == oids
+                        {
+                            s.tag.store(0, Ordering::Relaxed);
+                            s.claim.fetch_add(1, Ordering::Relaxed);
+                            s.last_use.store(0, Ordering::Relaxed);
+                        }
+                    }
                     let p = (0..self.partitions)
                         .min_by_key(|&p| {
                             let s = self.slot(p);

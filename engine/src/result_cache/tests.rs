@@ -481,9 +481,19 @@ fn indexes_claim_partitions_and_the_least_recent_gives_way() {
     assert!(b.lookup(&locks, &[0.0, 0.0, 0.0], 0, &adaptive()).is_none());
     assert!(r.cache.find(2, Metric::L2).is_none());
     assert!(a.lookup(&locks, &q, 0, &adaptive()).is_some());
-    r.cache.purge(1);
+    // The same index (same oids) under a new tag, as after REINDEX or a rebuild: its old
+    // partition is freed, not left held beside the new one.
+    let _a2 = r.cache.claim(&locks, 4, DIM, Metric::L2, (1, 10)).unwrap();
     assert!(a.lookup(&locks, &q, 0, &adaptive()).is_none());
     assert!(r.cache.find(1, Metric::L2).is_none());
+    assert!(
+        r.cache.find(3, Metric::L2).is_some(),
+        "another index keeps its partition"
+    );
+    let held = r.cache.stats(&locks);
+    assert_eq!(held.iter().filter(|s| s.rel_oid == 10).count(), 1);
+    r.cache.purge(4);
+    assert!(r.cache.find(4, Metric::L2).is_none());
 }
 
 #[test]
