@@ -18,7 +18,7 @@ pub mod vamana;
 pub(crate) mod testutil;
 
 pub use memory::{check_budget, estimate_build_memory, rows_within_budget, BuildMemory};
-pub use prune::robust_prune;
+pub use prune::{robust_prune, ResumablePrune};
 pub use search::{greedy_search, search_graph, SearchResult, SearchScratch};
 pub use vamana::{build_vamana, BuildControl, BuildError, VamanaParams};
 

@@ -50,55 +50,148 @@ pub fn robust_prune(
     mut dist_between: impl FnMut(VertexId, VertexId) -> f32,
 ) -> Vec<VertexId> {
     sort_and_dedup(candidates);
-    if max_degree == 0 || candidates.is_empty() {
-        return Vec::new();
+    let mut progress = PruneProgress::new(candidates.len(), alpha, max_degree);
+    let mut unlimited = usize::MAX;
+    let finished = progress.advance(candidates, &mut unlimited, &mut dist_between);
+    debug_assert!(finished, "an unlimited budget finishes");
+    progress.result(candidates)
+}
+
+/// A RobustPrune that can stop after any number of distance computations and resume
+/// later with a bit-identical result (LIOS runs prunes in slices inside search I/O stalls,
+/// RFC 0004). It owns its candidate pool, fixed when it starts; its checkpoint is the
+/// partial result, the per-candidate occlusion state (the eliminated flags) and the two
+/// cursors: the candidate being examined and, per candidate, how many chosen neighbours it
+/// has been compared with.
+#[derive(Clone, Debug)]
+pub struct ResumablePrune {
+    candidates: Vec<(VertexId, f32)>,
+    progress: PruneProgress,
+}
+
+impl ResumablePrune {
+    /// A prune of `candidates` (any order, duplicates allowed) as [`robust_prune`] would do it.
+    pub fn new(mut candidates: Vec<(VertexId, f32)>, alpha: f32, max_degree: usize) -> Self {
+        sort_and_dedup(&mut candidates);
+        let progress = PruneProgress::new(candidates.len(), alpha, max_degree);
+        ResumablePrune {
+            candidates,
+            progress,
+        }
     }
-    let alpha = if alpha.is_finite() && alpha >= 1.0 {
-        alpha
-    } else {
-        1.0
-    };
-    let n = candidates.len();
+
+    /// Runs until finished or until `budget` distance computations have been made (it is
+    /// decremented by those made). True when finished.
+    pub fn advance(
+        &mut self,
+        budget: &mut usize,
+        mut dist_between: impl FnMut(VertexId, VertexId) -> f32,
+    ) -> bool {
+        self.progress
+            .advance(&self.candidates, budget, &mut dist_between)
+    }
+
+    pub fn is_finished(&self) -> bool {
+        self.progress.finished
+    }
+
+    /// The chosen neighbours, closest first: the final result once finished.
+    pub fn result(&self) -> Vec<VertexId> {
+        self.progress.result(&self.candidates)
+    }
+}
+
+/// The state of one prune over a sorted, de-duplicated pool the caller keeps.
+#[derive(Clone, Debug)]
+struct PruneProgress {
+    alpha: f32,
+    max_degree: usize,
     // Per candidate: the largest factor found so far against chosen neighbours, and how
     // many entries of `chosen` (in choice order) it has been compared with. Comparing
     // lazily, and stopping at the first neighbour that occludes it in the current round,
     // saves most distance computations over DiskANN's eager update of every candidate
     // after each choice; the result is the same, because a candidate's eligibility in a
     // round only depends on the chosen neighbours that precede it in distance order.
-    let mut occlusion = vec![0.0f32; n];
-    let mut compared = vec![0u32; n];
-    let mut is_chosen = vec![false; n];
-    let mut chosen: Vec<usize> = Vec::with_capacity(max_degree.min(n));
-    let mut round_alpha = 1.0f32;
-    loop {
-        for t in 0..n {
-            if chosen.len() >= max_degree {
-                break;
-            }
-            if is_chosen[t] || occlusion[t] >= round_alpha {
-                continue;
-            }
-            let (t_id, d_pt) = candidates[t];
-            while (compared[t] as usize) < chosen.len() && occlusion[t] < round_alpha {
-                let s = chosen[compared[t] as usize];
-                compared[t] += 1;
-                if s < t {
-                    let d_st = dist_between(candidates[s].0, t_id);
-                    occlusion[t] = occlusion[t].max(occlusion_factor(d_pt, d_st));
-                }
-            }
-            if occlusion[t] < round_alpha {
-                is_chosen[t] = true;
-                chosen.push(t);
-            }
+    occlusion: Vec<f32>,
+    compared: Vec<u32>,
+    is_chosen: Vec<bool>,
+    chosen: Vec<usize>,
+    round_alpha: f32,
+    /// The candidate the current round examines next.
+    next: usize,
+    finished: bool,
+}
+
+impl PruneProgress {
+    fn new(n: usize, alpha: f32, max_degree: usize) -> Self {
+        let alpha = if alpha.is_finite() && alpha >= 1.0 {
+            alpha
+        } else {
+            1.0
+        };
+        PruneProgress {
+            alpha,
+            max_degree,
+            occlusion: vec![0.0; n],
+            compared: vec![0; n],
+            is_chosen: vec![false; n],
+            chosen: Vec::with_capacity(max_degree.min(n)),
+            round_alpha: 1.0,
+            next: 0,
+            finished: max_degree == 0 || n == 0,
         }
-        if round_alpha >= alpha || chosen.len() >= max_degree {
-            break;
-        }
-        round_alpha = (round_alpha * ALPHA_STEP).min(alpha);
     }
-    chosen.sort_unstable();
-    chosen.into_iter().map(|i| candidates[i].0).collect()
+
+    fn advance(
+        &mut self,
+        candidates: &[(VertexId, f32)],
+        budget: &mut usize,
+        dist_between: &mut impl FnMut(VertexId, VertexId) -> f32,
+    ) -> bool {
+        let n = candidates.len();
+        while !self.finished {
+            while self.next < n && self.chosen.len() < self.max_degree {
+                let t = self.next;
+                if self.is_chosen[t] || self.occlusion[t] >= self.round_alpha {
+                    self.next += 1;
+                    continue;
+                }
+                let (t_id, d_pt) = candidates[t];
+                while (self.compared[t] as usize) < self.chosen.len()
+                    && self.occlusion[t] < self.round_alpha
+                {
+                    let s = self.chosen[self.compared[t] as usize];
+                    if s < t {
+                        if *budget == 0 {
+                            return false;
+                        }
+                        *budget -= 1;
+                        let d_st = dist_between(candidates[s].0, t_id);
+                        self.occlusion[t] = self.occlusion[t].max(occlusion_factor(d_pt, d_st));
+                    }
+                    self.compared[t] += 1;
+                }
+                if self.occlusion[t] < self.round_alpha {
+                    self.is_chosen[t] = true;
+                    self.chosen.push(t);
+                }
+                self.next += 1;
+            }
+            if self.round_alpha >= self.alpha || self.chosen.len() >= self.max_degree {
+                self.finished = true;
+            } else {
+                self.round_alpha = (self.round_alpha * ALPHA_STEP).min(self.alpha);
+                self.next = 0;
+            }
+        }
+        true
+    }
+
+    fn result(&self, candidates: &[(VertexId, f32)]) -> Vec<VertexId> {
+        let mut chosen = self.chosen.clone();
+        chosen.sort_unstable();
+        chosen.into_iter().map(|i| candidates[i].0).collect()
+    }
 }
 
 /// The largest alpha at which `s` occludes `t`, given `d(p, t)` and `d(s, t)`: `t` is
@@ -231,6 +324,121 @@ mod tests {
             nd(vecs[a as usize], vecs[b as usize])
         });
         assert_eq!(strict, kept);
+    }
+
+    /// A random pool around a random point: `(pool, distance between two ids)`, with squared
+    /// L2 or (for `signed`) negative inner products, and duplicate ids and tied distances.
+    fn random_pool(seed: u64, signed: bool) -> (Vec<(VertexId, f32)>, Vec<Vec<f32>>) {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+        let dim = rng.gen_range(2..12);
+        let n = rng.gen_range(0..120);
+        let mut pts: Vec<Vec<f32>> = (0..=n)
+            .map(|_| (0..dim).map(|_| rng.gen_range(-1.0..1.0)).collect())
+            .collect();
+        if n > 4 {
+            pts[2] = pts[1].clone(); // a coincident pair
+        }
+        let d = |a: &[f32], b: &[f32]| -> f32 {
+            if signed {
+                -a.iter().zip(b).map(|(x, y)| x * y).sum::<f32>()
+            } else {
+                a.iter().zip(b).map(|(x, y)| (x - y) * (x - y)).sum()
+            }
+        };
+        let mut pool: Vec<(VertexId, f32)> = (1..=n)
+            .map(|i| (i as VertexId, d(&pts[0], &pts[i])))
+            .collect();
+        if n > 8 {
+            pool.push(pool[3]); // a duplicate id
+        }
+        let pairwise = (0..=n)
+            .map(|a| (0..=n).map(|b| d(&pts[a], &pts[b])).collect())
+            .collect();
+        (pool, pairwise)
+    }
+
+    /// DiskANN's eager `occlude_list`: after each choice every remaining candidate's factor
+    /// is updated. The lazy prune above must choose exactly the same neighbours.
+    fn eager_prune(
+        pool: &[(VertexId, f32)],
+        alpha: f32,
+        degree: usize,
+        dist: impl Fn(VertexId, VertexId) -> f32,
+    ) -> Vec<VertexId> {
+        let mut c = pool.to_vec();
+        sort_and_dedup(&mut c);
+        let alpha = if alpha.is_finite() && alpha >= 1.0 {
+            alpha
+        } else {
+            1.0
+        };
+        let mut factor = vec![0.0f32; c.len()];
+        let mut chosen: Vec<usize> = Vec::new();
+        let mut round = 1.0f32;
+        loop {
+            for t in 0..c.len() {
+                if chosen.len() >= degree {
+                    break;
+                }
+                if chosen.contains(&t) || factor[t] >= round {
+                    continue;
+                }
+                chosen.push(t);
+                for u in t + 1..c.len() {
+                    let f = occlusion_factor(c[u].1, dist(c[t].0, c[u].0));
+                    factor[u] = factor[u].max(f);
+                }
+            }
+            if round >= alpha || chosen.len() >= degree {
+                break;
+            }
+            round = (round * ALPHA_STEP).min(alpha);
+        }
+        chosen.sort_unstable();
+        chosen.into_iter().map(|i| c[i].0).collect()
+    }
+
+    #[test]
+    fn a_prune_resumed_after_any_number_of_distances_gives_the_identical_result() {
+        for seed in 0..300u64 {
+            let signed = seed % 5 == 0;
+            let (pool, pairwise) = random_pool(seed, signed);
+            let alpha = [1.0, 1.2, 1.5, 2.0][seed as usize % 4];
+            let degree = [0, 1, 4, 8, 16, 32][seed as usize % 6];
+            let mut calls_whole = 0;
+            let whole = robust_prune(&mut pool.clone(), alpha, degree, |a, b| {
+                calls_whole += 1;
+                pairwise[a as usize][b as usize]
+            });
+            let eager = eager_prune(&pool, alpha, degree, |a, b| {
+                pairwise[a as usize][b as usize]
+            });
+            assert_eq!(whole, eager, "seed {seed}: lazy and eager prunes agree");
+            for slice in [1usize, 2, 3, 7, 64] {
+                let mut prune = ResumablePrune::new(pool.clone(), alpha, degree);
+                let (mut calls, mut slices) = (0, 0);
+                loop {
+                    let mut budget = slice;
+                    let done = prune.advance(&mut budget, |a, b| {
+                        calls += 1;
+                        pairwise[a as usize][b as usize]
+                    });
+                    assert!(budget <= slice);
+                    slices += 1;
+                    if done {
+                        break;
+                    }
+                    assert_eq!(budget, 0, "a prune stops early only when out of budget");
+                    // The checkpoint is plain data: a copy resumes as well as the original.
+                    prune = prune.clone();
+                }
+                assert!(prune.is_finished());
+                assert_eq!(prune.result(), whole, "seed {seed}, slices of {slice}");
+                assert_eq!(calls, calls_whole, "the same distances, none repeated");
+                assert!(slices >= calls_whole / slice, "seed {seed}");
+            }
+        }
     }
 
     #[test]
