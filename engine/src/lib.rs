@@ -16,6 +16,7 @@ pub mod index;
 pub mod io;
 pub mod io_wait;
 pub mod kmeans;
+pub mod lios;
 pub mod page_cache;
 pub mod pages;
 pub mod placement;
