@@ -13,6 +13,12 @@ use std::sync::atomic::{AtomicU32, Ordering};
 #[repr(transparent)]
 pub struct SpinLock(AtomicU32);
 
+impl Default for SpinLock {
+    fn default() -> Self {
+        SpinLock(AtomicU32::new(0))
+    }
+}
+
 impl SpinLock {
     pub fn lock(&self) -> SpinGuard<'_> {
         let mut spins = 0u32;

@@ -1,10 +1,12 @@
 //! LIOS (RFC 0004, issue 18): update work run inside the I/O stalls of searches. This module
-//! holds the PostgreSQL-free parts: how long a stall may be used ([`budget`]), how much of
-//! that a backend actually uses ([`tuner`]); resumable pruning is
-//! [`crate::graph::ResumablePrune`].
+//! holds the PostgreSQL-free parts: the bounded task queue ([`queue`]), how long a stall may
+//! be used ([`budget`]), how much of that a backend actually uses ([`tuner`]); resumable
+//! pruning is [`crate::graph::ResumablePrune`].
 
 pub mod budget;
+pub mod queue;
 pub mod tuner;
 
 pub use budget::{solve_budget, IdleBudgets};
+pub use queue::{QueueHeader, Task, TaskKind, TaskQueue, TaskSlot};
 pub use tuner::{Phase, UtilisationTuner};

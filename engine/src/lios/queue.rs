@@ -1,0 +1,324 @@
+//! The bounded queue of deferred update tasks (RFC 0004 §2), in memory every backend maps.
+//!
+//! An insert publishes its own vertex at once and leaves the back-edges of its other
+//! neighbours as tasks; VACUUM leaves its list repairs the same way. Searches take tasks and
+//! run them in their I/O stalls, a background worker drains what is left. The queue is FIFO
+//! and bounded: an insert that finds it full runs its task itself, which keeps memory fixed
+//! and slows inserts down only when the searches cannot keep up.
+//!
+//! Tasks are not durable: a crash loses them, and what they would have added is a back-edge
+//! that VACUUM's reconnect restores. So the queue needs no WAL, only a lock that works across
+//! processes ([`SpinLock`]): every critical section is a few loads and stores.
+
+use crate::cache::spin::SpinLock;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+
+/// What a task does to the list of `vertex`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TaskKind {
+    /// Add the back-edge `vertex -> to` (pruning the list if it is full).
+    BackEdge { to: u32 },
+    /// Drop deleted neighbours from the list and re-prune it (VACUUM's consolidation).
+    Repair,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Task {
+    /// The index's cache tag: a task of a dropped or rebuilt index is stale.
+    pub tag: u64,
+    pub vertex: u32,
+    pub kind: TaskKind,
+}
+
+/// `arg` of a repair task (a back-edge's `to` is a vertex id, never this).
+const REPAIR: u32 = u32::MAX;
+
+/// The queue's shared header.
+#[repr(C)]
+pub struct QueueHeader {
+    lock: SpinLock,
+    /// Slots in use at `head..tail` (monotonic counters; slot = counter % capacity).
+    head: AtomicU64,
+    tail: AtomicU64,
+}
+
+/// One task as stored: tag 0 marks a slot whose task was forgotten.
+#[repr(C)]
+pub struct TaskSlot {
+    tag: AtomicU64,
+    vertex: AtomicU32,
+    arg: AtomicU32,
+}
+
+impl TaskSlot {
+    pub fn new() -> Self {
+        TaskSlot {
+            tag: AtomicU64::new(0),
+            vertex: AtomicU32::new(0),
+            arg: AtomicU32::new(0),
+        }
+    }
+}
+
+impl Default for TaskSlot {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl QueueHeader {
+    pub fn new() -> Self {
+        QueueHeader {
+            lock: SpinLock::default(),
+            head: AtomicU64::new(0),
+            tail: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Default for QueueHeader {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// A view of a queue: its header and its slots, wherever they live.
+pub struct TaskQueue<'a> {
+    header: &'a QueueHeader,
+    slots: &'a [TaskSlot],
+}
+
+impl<'a> TaskQueue<'a> {
+    /// A queue over `slots` (at least one). Memory that may hold garbage must be `reset`.
+    pub fn new(header: &'a QueueHeader, slots: &'a [TaskSlot]) -> Self {
+        assert!(!slots.is_empty(), "a task queue needs a slot");
+        TaskQueue { header, slots }
+    }
+
+    /// Empties the queue (at shared-memory initialisation, or after a crash re-created it).
+    pub fn reset(&self) {
+        self.header.lock.init();
+        let _g = self.header.lock.lock();
+        self.header.head.store(0, Relaxed);
+        self.header.tail.store(0, Relaxed);
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Tasks queued, forgotten ones included until they are passed over.
+    pub fn len(&self) -> usize {
+        let _g = self.header.lock.lock();
+        (self.header.tail.load(Relaxed) - self.header.head.load(Relaxed)) as usize
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn slot(&self, seq: u64) -> &TaskSlot {
+        &self.slots[(seq % self.slots.len() as u64) as usize]
+    }
+
+    /// Queues `task`, or hands it back when the queue is full (the caller runs it).
+    pub fn push(&self, task: Task) -> Result<(), Task> {
+        debug_assert!(task.tag != 0, "tag 0 marks a forgotten task");
+        let arg = match task.kind {
+            TaskKind::BackEdge { to } => {
+                debug_assert!(to != REPAIR);
+                to
+            }
+            TaskKind::Repair => REPAIR,
+        };
+        let _g = self.header.lock.lock();
+        let (head, tail) = (
+            self.header.head.load(Relaxed),
+            self.header.tail.load(Relaxed),
+        );
+        if tail - head >= self.slots.len() as u64 {
+            return Err(task);
+        }
+        let s = self.slot(tail);
+        s.tag.store(task.tag, Relaxed);
+        s.vertex.store(task.vertex, Relaxed);
+        s.arg.store(arg, Relaxed);
+        self.header.tail.store(tail + 1, Relaxed);
+        Ok(())
+    }
+
+    /// The oldest task, passing over forgotten ones.
+    pub fn pop(&self) -> Option<Task> {
+        let _g = self.header.lock.lock();
+        loop {
+            let (head, tail) = (
+                self.header.head.load(Relaxed),
+                self.header.tail.load(Relaxed),
+            );
+            if head == tail {
+                return None;
+            }
+            let s = self.slot(head);
+            self.header.head.store(head + 1, Relaxed);
+            let tag = s.tag.load(Relaxed);
+            if tag == 0 {
+                continue;
+            }
+            let arg = s.arg.load(Relaxed);
+            return Some(Task {
+                tag,
+                vertex: s.vertex.load(Relaxed),
+                kind: if arg == REPAIR {
+                    TaskKind::Repair
+                } else {
+                    TaskKind::BackEdge { to: arg }
+                },
+            });
+        }
+    }
+
+    /// Forgets every queued task of the index tagged `tag` (DROP, REINDEX, TRUNCATE, or a
+    /// rebuild: its vertex ids mean nothing any more). Returns how many.
+    pub fn forget(&self, tag: u64) -> usize {
+        let _g = self.header.lock.lock();
+        let (head, tail) = (
+            self.header.head.load(Relaxed),
+            self.header.tail.load(Relaxed),
+        );
+        (head..tail)
+            .map(|seq| self.slot(seq))
+            .filter(|s| s.tag.load(Relaxed) == tag)
+            .map(|s| s.tag.store(0, Relaxed))
+            .count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn back_edge(tag: u64, vertex: u32, to: u32) -> Task {
+        Task {
+            tag,
+            vertex,
+            kind: TaskKind::BackEdge { to },
+        }
+    }
+
+    fn slots(n: usize) -> Vec<TaskSlot> {
+        (0..n).map(|_| TaskSlot::new()).collect()
+    }
+
+    #[test]
+    fn tasks_come_out_in_order_and_a_full_queue_hands_the_task_back() {
+        let (h, s) = (QueueHeader::new(), slots(4));
+        let q = TaskQueue::new(&h, &s);
+        q.reset();
+        assert_eq!(q.pop(), None);
+        for round in 0..3u32 {
+            // Wrap around the ring several times.
+            for i in 0..4 {
+                q.push(back_edge(7, round * 10 + i, i)).unwrap();
+            }
+            let extra = Task {
+                tag: 7,
+                vertex: 99,
+                kind: TaskKind::Repair,
+            };
+            assert_eq!(q.push(extra), Err(extra), "full");
+            assert_eq!(q.len(), 4);
+            for i in 0..4 {
+                assert_eq!(q.pop(), Some(back_edge(7, round * 10 + i, i)));
+            }
+            assert!(q.is_empty());
+        }
+        q.push(Task {
+            tag: 8,
+            vertex: 1,
+            kind: TaskKind::Repair,
+        })
+        .unwrap();
+        assert_eq!(q.pop().unwrap().kind, TaskKind::Repair);
+    }
+
+    #[test]
+    fn a_dropped_index_loses_its_tasks_and_no_other() {
+        let (h, s) = (QueueHeader::new(), slots(8));
+        let q = TaskQueue::new(&h, &s);
+        for i in 0..6 {
+            q.push(back_edge(if i % 2 == 0 { 1 } else { 2 }, i, 100 + i))
+                .unwrap();
+        }
+        assert_eq!(q.forget(1), 3);
+        let left: Vec<Task> = std::iter::from_fn(|| q.pop()).collect();
+        assert_eq!(
+            left,
+            vec![
+                back_edge(2, 1, 101),
+                back_edge(2, 3, 103),
+                back_edge(2, 5, 105)
+            ]
+        );
+        assert!(q.is_empty());
+    }
+
+    #[test]
+    fn concurrent_producers_and_consumers_run_every_task_exactly_once() {
+        let (h, s) = (QueueHeader::new(), slots(16));
+        let q = TaskQueue::new(&h, &s);
+        let ran: Vec<HashMap<Task, u32>> = std::thread::scope(|scope| {
+            let producers: Vec<_> = (0..3u64)
+                .map(|p| {
+                    let q = &q;
+                    scope.spawn(move || {
+                        let mut inline = HashMap::new();
+                        for i in 0..5_000u32 {
+                            // A full queue: the producer runs the task itself, as an insert does.
+                            if let Err(t) = q.push(back_edge(p + 1, i, i + 1)) {
+                                *inline.entry(t).or_insert(0) += 1;
+                            }
+                        }
+                        inline
+                    })
+                })
+                .collect();
+            let consumers: Vec<_> = (0..2)
+                .map(|_| {
+                    let q = &q;
+                    scope.spawn(move || {
+                        let mut ran = HashMap::new();
+                        let mut idle = 0;
+                        while idle < 1_000_000 {
+                            match q.pop() {
+                                Some(t) => {
+                                    *ran.entry(t).or_insert(0) += 1;
+                                    idle = 0;
+                                }
+                                None => idle += 1,
+                            }
+                        }
+                        ran
+                    })
+                })
+                .collect();
+            producers
+                .into_iter()
+                .chain(consumers)
+                .map(|h| h.join().unwrap())
+                .collect()
+        });
+        let mut total: HashMap<Task, u32> = HashMap::new();
+        for m in ran {
+            for (t, n) in m {
+                *total.entry(t).or_insert(0) += n;
+            }
+        }
+        let leftover: Vec<Task> = std::iter::from_fn(|| q.pop()).collect();
+        for t in leftover {
+            *total.entry(t).or_insert(0) += 1;
+        }
+        assert_eq!(total.len(), 15_000, "every task ran");
+        assert!(total.values().all(|&n| n == 1), "no task ran twice");
+    }
+}
