@@ -54,7 +54,7 @@ pub fn robust_prune(
     let mut unlimited = usize::MAX;
     let finished = progress.advance(candidates, &mut unlimited, &mut dist_between);
     debug_assert!(finished, "an unlimited budget finishes");
-    progress.result(candidates)
+    chosen_ids(progress.chosen, candidates)
 }
 
 /// A RobustPrune that can stop after any number of distance computations and resume
@@ -97,7 +97,7 @@ impl ResumablePrune {
 
     /// The chosen neighbours, closest first: the final result once finished.
     pub fn result(&self) -> Vec<VertexId> {
-        self.progress.result(&self.candidates)
+        chosen_ids(self.progress.chosen.clone(), &self.candidates)
     }
 }
 
@@ -186,12 +186,12 @@ impl PruneProgress {
         }
         true
     }
+}
 
-    fn result(&self, candidates: &[(VertexId, f32)]) -> Vec<VertexId> {
-        let mut chosen = self.chosen.clone();
-        chosen.sort_unstable();
-        chosen.into_iter().map(|i| candidates[i].0).collect()
-    }
+/// The chosen candidates' ids, closest first (positions in the sorted pool).
+fn chosen_ids(mut chosen: Vec<usize>, candidates: &[(VertexId, f32)]) -> Vec<VertexId> {
+    chosen.sort_unstable();
+    chosen.into_iter().map(|i| candidates[i].0).collect()
 }
 
 /// The largest alpha at which `s` occludes `t`, given `d(p, t)` and `d(s, t)`: `t` is

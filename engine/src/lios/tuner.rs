@@ -28,6 +28,11 @@ pub const REFRESH_WINDOWS: u32 = 50;
 /// Consecutive violating windows that trigger a full rebaseline.
 const VIOLATIONS: u32 = 3;
 
+const STEADY_START: Phase = Phase::Steady {
+    windows: 0,
+    violations: 0,
+};
+
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Phase {
     /// Measuring the baseline; `then_steady` when it is a periodic refresh.
@@ -130,10 +135,7 @@ impl UtilisationTuner {
             Phase::Recording { then_steady } => {
                 self.baseline = mean;
                 if then_steady {
-                    Phase::Steady {
-                        windows: 0,
-                        violations: 0,
-                    }
+                    STEADY_START
                 } else {
                     self.ratio = 1.0;
                     Phase::Probing {
@@ -149,23 +151,15 @@ impl UtilisationTuner {
                 } else {
                     (lo, self.ratio)
                 };
-                if self.ratio >= 1.0 && lo >= 1.0 {
-                    Phase::Steady {
-                        windows: 0,
-                        violations: 0,
-                    }
+                // Steady at the best feasible ratio once the full one passed or the probes
+                // are spent; off for a while if none passed.
+                if lo >= 1.0 || (left <= 1 && lo > 0.0) {
+                    self.ratio = lo;
+                    STEADY_START
                 } else if left <= 1 {
-                    if lo > 0.0 {
-                        self.ratio = lo;
-                        Phase::Steady {
-                            windows: 0,
-                            violations: 0,
-                        }
-                    } else {
-                        self.ratio = 0.0;
-                        Phase::Disabled {
-                            windows: REFRESH_WINDOWS,
-                        }
+                    self.ratio = 0.0;
+                    Phase::Disabled {
+                        windows: REFRESH_WINDOWS,
                     }
                 } else {
                     self.ratio = (lo + hi) / 2.0;

@@ -151,9 +151,8 @@ impl Body<'_> {
         if doomed.is_empty() {
             return 0;
         }
-        // A doomed node's links that survive, nearest first from the node's own query.
-        let detours =
-            |t: u32| -> Vec<u32> { self.links(t).filter(|n| !doomed.contains(n)).collect() };
+        // A doomed node's links that are not doomed themselves: where its in-edges go instead.
+        let detours = |t: u32| self.links(t).filter(|n| !doomed.contains(n));
         for p in (0..entries).filter(|&p| self.state(p) == STATE_REPRESENTATIVE) {
             let at = self.e(p, E_NEIGHBOURS);
             let mut degree = self.w.get(self.e(p, E_DEGREE)) as usize;
@@ -166,14 +165,11 @@ impl Body<'_> {
                 }
                 let own = self.query(p);
                 let replacement = detours(t)
-                    .into_iter()
                     .filter(|&n| n != p && !(0..degree).any(|j| self.w.get(at + j) == n))
-                    .min_by(|&a, &b| {
-                        self.squared_distance(a, own)
-                            .total_cmp(&self.squared_distance(b, own))
-                    });
+                    .map(|n| Near(self.squared_distance(n, own), n))
+                    .min();
                 match replacement {
-                    Some(n) => {
+                    Some(Near(_, n)) => {
                         self.w.set(at + i, n);
                         i += 1;
                     }

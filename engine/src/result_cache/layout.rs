@@ -60,6 +60,17 @@ pub(super) struct Slot {
     pub stats: [AtomicU64; STATS],
 }
 
+impl Slot {
+    /// Frees the partition (under the directory lock): unclaimed, and a body formatted under
+    /// the old claim no longer opens, so a backend still holding it sees a miss.
+    pub fn release(&self) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.tag.store(0, Relaxed);
+        self.claim.fetch_add(1, Relaxed);
+        self.last_use.store(0, Relaxed);
+    }
+}
+
 // Partition header words.
 pub(super) const H_CLAIM: usize = 0; // u64
 pub(super) const H_DIM: usize = 2; // 0: not formatted

@@ -232,9 +232,7 @@ impl ResultCache {
                                 s.rel_oid.load(Ordering::Relaxed),
                             ) == oids
                         {
-                            s.tag.store(0, Ordering::Relaxed);
-                            s.claim.fetch_add(1, Ordering::Relaxed);
-                            s.last_use.store(0, Ordering::Relaxed);
+                            s.release();
                         }
                     }
                     let p = (0..self.partitions)
@@ -286,9 +284,7 @@ impl ResultCache {
         for p in 0..self.partitions {
             let s = self.slot(p);
             if s.tag.load(Ordering::Relaxed) == key {
-                s.tag.store(0, Ordering::Relaxed);
-                s.claim.fetch_add(1, Ordering::Relaxed);
-                s.last_use.store(0, Ordering::Relaxed);
+                s.release();
             }
         }
     }
@@ -297,10 +293,7 @@ impl ResultCache {
     pub fn purge_all(&self) {
         let _dir = self.header().directory.lock();
         for p in 0..self.partitions {
-            let s = self.slot(p);
-            s.tag.store(0, Ordering::Relaxed);
-            s.claim.fetch_add(1, Ordering::Relaxed);
-            s.last_use.store(0, Ordering::Relaxed);
+            self.slot(p).release();
         }
     }
 

@@ -74,10 +74,18 @@ fn tau_of(region: &HeapRegion) -> Vec<f32> {
 
 /// Every structural invariant of a body: reference counts match the row lists, free stacks
 /// and used slots add up, the tables name exactly the live queries and objects.
+/// Partition `p`'s body as formatted under its current claim (L2 tests), if it is.
+fn open_body(region: &HeapRegion, p: usize) -> Option<Body<'_>> {
+    let claim = region
+        .cache
+        .slot(p)
+        .claim
+        .load(std::sync::atomic::Ordering::Relaxed);
+    Body::open(region.cache.body(p), claim, Metric::L2)
+}
+
 fn verify(region: &HeapRegion, p: usize) {
-    let c = &region.cache;
-    let claim = c.slot(p).claim.load(std::sync::atomic::Ordering::Relaxed);
-    let Some(b) = Body::open(c.body(p), claim, Metric::L2) else {
+    let Some(b) = open_body(region, p) else {
         return;
     };
     let mut refs = vec![0u32; b.g.objects];
@@ -405,17 +413,7 @@ fn entries_the_refresh_cannot_keep_up_with_stop_answering_when_the_log_wraps() {
         p.admit(&locks, q, 0, p.vacuum_ticket(), 10, &t.top(q, 10))
             .unwrap();
     }
-    let log = {
-        let claim = r
-            .cache
-            .slot(0)
-            .claim
-            .load(std::sync::atomic::Ordering::Relaxed);
-        Body::open(r.cache.body(0), claim, Metric::L2)
-            .unwrap()
-            .g
-            .log as u32
-    };
+    let log = open_body(&r, 0).unwrap().g.log as u32;
     for i in 0..3 * log {
         let far: Vec<f32> = (0..DIM).map(|_| 50.0 + rng.gen::<f32>()).collect();
         p.record_insert(&locks, tid(20_000 + i), &far);
@@ -582,17 +580,7 @@ fn a_full_cache_evicts_a_few_entries_per_admission_never_all_of_them() {
     }
     assert!(before > 0, "the cache filled");
     // Slots are freed in batches of 1/64 of them.
-    let slots = {
-        let claim = r
-            .cache
-            .slot(0)
-            .claim
-            .load(std::sync::atomic::Ordering::Relaxed);
-        Body::open(r.cache.body(0), claim, Metric::L2)
-            .unwrap()
-            .g
-            .entries
-    };
+    let slots = open_body(&r, 0).unwrap().g.entries;
     assert!(
         worst as usize <= 2 + slots / 64,
         "one admission evicted {worst} of {slots} entries"
@@ -604,12 +592,7 @@ fn a_full_cache_evicts_a_few_entries_per_admission_never_all_of_them() {
     verify(&r, 0);
     // The filters still route to the nearest cached query after the slots were recycled:
     // a query moved slightly from a recent entry's finds that entry.
-    let claim = r
-        .cache
-        .slot(0)
-        .claim
-        .load(std::sync::atomic::Ordering::Relaxed);
-    let b = Body::open(r.cache.body(0), claim, Metric::L2).unwrap();
+    let b = open_body(&r, 0).unwrap();
     let found = recent
         .iter()
         .filter(|q| {
@@ -630,46 +613,38 @@ fn lookup_cost_at_five_thousand_entries() {
     let locks = LocalLocks::default();
     let p = r.cache.claim(&locks, 9, dim, Metric::L2, (1, 2)).unwrap();
     let mut rng = ChaCha8Rng::seed_from_u64(5);
-    let rows: Vec<Vec<f32>> = (0..20_000)
-        .map(|_| (0..dim).map(|_| rng.gen_range(0.0..1.0)).collect())
-        .collect();
-    let t = std::time::Instant::now();
-    for i in 0..5_000u32 {
-        let q: Vec<f32> = (0..dim).map(|_| rng.gen_range(0.0..1.0)).collect();
+    let random =
+        |rng: &mut ChaCha8Rng| -> Vec<f32> { (0..dim).map(|_| rng.gen_range(0.0..1.0)).collect() };
+    let rows: Vec<Vec<f32>> = (0..20_000).map(|_| random(&mut rng)).collect();
+    // Query i caches 20 consecutive rows (shared with its neighbours' entries).
+    let admit = |i: u32, rng: &mut ChaCha8Rng| {
         let picked: Vec<(HeapTid, &[f32])> = (0..20)
             .map(|j| {
                 let id = (i * 4 + j) % 20_000;
                 (tid(id), rows[id as usize].as_slice())
             })
             .collect();
-        let _ = p.admit(&locks, &q, 0, p.vacuum_ticket(), 10, &picked);
-    }
+        let _ = p.admit(&locks, &random(rng), 0, p.vacuum_ticket(), 10, &picked);
+    };
+    let t = std::time::Instant::now();
+    (0..5_000).for_each(|i| admit(i, &mut rng));
     println!("admit: {:?} each", t.elapsed() / 5_000);
     let t = std::time::Instant::now();
     for _ in 0..2_000 {
-        let q: Vec<f32> = (0..dim).map(|_| rng.gen_range(0.0..1.0)).collect();
-        assert!(p.lookup(&locks, &q, 0, &adaptive()).is_none());
+        assert!(p
+            .lookup(&locks, &random(&mut rng), 0, &adaptive())
+            .is_none());
     }
     println!("missed lookup: {:?} each", t.elapsed() / 2_000);
     let t = std::time::Instant::now();
     for i in 0..2_000u32 {
-        let v: Vec<f32> = (0..dim).map(|_| rng.gen_range(0.0..1.0)).collect();
-        p.record_insert(&locks, tid(100_000 + i), &v);
+        p.record_insert(&locks, tid(100_000 + i), &random(&mut rng));
     }
     println!("recorded insert: {:?} each", t.elapsed() / 2_000);
-    // The 20,000 rows fit the objects, so from here the entry slots run out: every
-    // admission frees a tombstone's slot (one pass over the filter links).
+    // The 20,000 rows fit the objects, so from here the entry slots run out: admissions
+    // free tombstones' slots, 1/64 of the slots at a time (one pass over the filter links).
     let t = std::time::Instant::now();
-    for i in 5_000..15_000u32 {
-        let q: Vec<f32> = (0..dim).map(|_| rng.gen_range(0.0..1.0)).collect();
-        let picked: Vec<(HeapTid, &[f32])> = (0..20)
-            .map(|j| {
-                let id = (i * 4 + j) % 20_000;
-                (tid(id), rows[id as usize].as_slice())
-            })
-            .collect();
-        let _ = p.admit(&locks, &q, 0, p.vacuum_ticket(), 10, &picked);
-    }
+    (5_000..15_000).for_each(|i| admit(i, &mut rng));
     println!("admit into a full cache: {:?} each", t.elapsed() / 10_000);
     println!("{:?}", &r.cache.stats(&locks)[0].counters[..12]);
     println!("entries held: {}", r.cache.stats(&locks)[0].representatives);
