@@ -8,5 +8,5 @@ pub mod queue;
 pub mod tuner;
 
 pub use budget::{solve_budget, IdleBudgets};
-pub use queue::{QueueHeader, Task, TaskKind, TaskQueue, TaskSlot};
+pub use queue::{QueueHeader, QueueSink, Task, TaskKind, TaskQueue, TaskSlot};
 pub use tuner::{Phase, UtilisationTuner};

@@ -11,6 +11,7 @@
 //! processes ([`SpinLock`]): every critical section is a few loads and stores.
 
 use crate::cache::spin::SpinLock;
+use crate::update::{BackEdge, BackEdgeSink};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 
 /// What a task does to the list of `vertex`.
@@ -190,6 +191,23 @@ impl<'a> TaskQueue<'a> {
             .filter(|s| s.tag.load(Relaxed) == tag)
             .map(|s| s.tag.store(0, Relaxed))
             .count()
+    }
+}
+
+/// One index's view of a queue as the place its inserts leave back-edges.
+pub struct QueueSink<'q, 'a> {
+    pub queue: &'q TaskQueue<'a>,
+    pub tag: u64,
+}
+
+impl BackEdgeSink for QueueSink<'_, '_> {
+    fn defer(&self, edge: BackEdge) -> bool {
+        let task = Task {
+            tag: self.tag,
+            vertex: edge.vertex,
+            kind: TaskKind::BackEdge { to: edge.to },
+        };
+        self.queue.push(task).is_ok()
     }
 }
 

@@ -21,11 +21,17 @@
 //!    one vector slot, never rewrites a page that holds other current lists, and holds at
 //!    most `slots_per_page` stripes at a time.
 //!
+//! With a [`BackEdgeSink`] ([`Index::insert_deferring`], LIOS), step 3 writes only the nearest
+//! neighbour's list and the new vertex's; the other neighbours' back-edges go to the sink
+//! after the new vertex is published, and whoever takes them runs them later
+//! (`back_edges` module).
+//!
 //! An error before the new vertex is published (with the last group) returns its id to the
 //! free list; back-edges already written to it then point at a free id, which readers skip.
 //! The index is consistent at every step (a missing edge costs recall, not correctness).
 
 use super::alloc::{allocate_vertex, release_vertex};
+use super::back_edges::{BackEdge, BackEdgeSink};
 use super::compact::Absorption;
 use super::locks::{StripeGuard, WriteLocks};
 use super::log::{IndexLog, VectorChange};
@@ -85,6 +91,8 @@ pub struct InsertReport {
     /// Distinct pages the modified lists were on before the insert: what an in-place
     /// update would have rewritten (plus the new vertex's page).
     pub pages_in_place: u64,
+    /// Back-edges left to a sink ([`Index::insert_deferring`]), not written by this insert.
+    pub back_edges_deferred: u64,
     /// Whether the new vertex was promoted into the entrance graph.
     pub promoted: bool,
     /// With `casr_window: None`: the smallest window that would have kept this rerank's
@@ -102,6 +110,34 @@ impl Index {
         vector: &[f32],
         tid: HeapTid,
         params: InsertParams,
+    ) -> Result<InsertReport, IndexError> {
+        self.insert_with(reader, locks, vector, tid, params, None)
+    }
+
+    /// Like [`Index::insert`], but the back-edges of every neighbour except the nearest are
+    /// offered to `sink`, to be written later by [`Index::run_back_edges`] (LIOS, RFC 0004);
+    /// those it refuses are written before this returns. The new row is searchable when this
+    /// returns, as with `insert`.
+    pub fn insert_deferring(
+        &self,
+        reader: &mut DiskReader<'_>,
+        locks: &dyn WriteLocks,
+        vector: &[f32],
+        tid: HeapTid,
+        params: InsertParams,
+        sink: &dyn BackEdgeSink,
+    ) -> Result<InsertReport, IndexError> {
+        self.insert_with(reader, locks, vector, tid, params, Some(sink))
+    }
+
+    fn insert_with(
+        &self,
+        reader: &mut DiskReader<'_>,
+        locks: &dyn WriteLocks,
+        vector: &[f32],
+        tid: HeapTid,
+        params: InsertParams,
+        sink: Option<&dyn BackEdgeSink>,
     ) -> Result<InsertReport, IndexError> {
         if !self.accepts_inserts() {
             return Err(IndexError::Invalid(
@@ -123,11 +159,12 @@ impl Index {
         // Position seeking counts as the insert path in the edge-page cache.
         let previous_caller = reader.caller();
         reader.set_caller(Caller::Insert);
-        let result = self.insert_seeking(reader, &*log, locks, vector, tid, search);
+        let result = self.insert_seeking(reader, &*log, locks, vector, tid, search, sink);
         reader.set_caller(previous_caller);
         result
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn insert_seeking(
         &self,
         reader: &mut DiskReader<'_>,
@@ -136,6 +173,7 @@ impl Index {
         vector: &[f32],
         tid: HeapTid,
         search: SearchParams,
+        sink: Option<&dyn BackEdgeSink>,
     ) -> Result<InsertReport, IndexError> {
         let mut cursor = SearchCursor::new(reader, vector, search)?;
         cursor.run_first_pass()?;
@@ -214,6 +252,13 @@ impl Index {
         } else {
             neighbours.clone()
         };
+        // Deferring: the nearest neighbour's back-edge stays inline, so that the new vertex
+        // has an in-edge when it is published; the rest wait until v is published (a task
+        // that ran earlier would find v not live and drop itself).
+        let deferred: Vec<VertexId> = match sink {
+            Some(_) if !neighbours.is_empty() => lists.split_off(1),
+            _ => Vec::new(),
+        };
         lists.push(v);
         let spp = self.files().edge_layout().slots_per_page();
         let mut old_pages: Vec<u32> = Vec::new();
@@ -246,6 +291,19 @@ impl Index {
                 let _ = release_vertex(self.files(), locks, v);
                 return Err(e);
             }
+        }
+        if let Some(sink) = sink {
+            let refused: Vec<BackEdge> = deferred
+                .iter()
+                .map(|&u| BackEdge { vertex: u, to: v })
+                .filter(|&edge| !sink.defer(edge))
+                .collect();
+            report.back_edges_deferred = (deferred.len() - refused.len()) as u64;
+            let ran = self.run_back_edges_logged(log, locks, &refused)?;
+            report.pages_reread += ran.pages_read;
+            report.lists_written += ran.lists_written;
+            report.lists_absorbed += ran.lists_absorbed;
+            report.pages_written += ran.pages_written;
         }
         let e_pos: Vec<VertexId> = explored.iter().map(|&(id, _)| id).collect();
         // Best effort: the row is in the index already, a failed promotion only leaves the
@@ -296,9 +354,6 @@ impl Index {
     ) -> Result<(), IndexError> {
         let files = self.files();
         let layout = files.edge_layout();
-        let max_degree = layout.max_degree();
-        let alpha = files.manifest().params.alpha;
-        let prune = prune_metric(self.metric());
         let locked: Vec<VertexId> = group
             .iter()
             .copied()
@@ -311,14 +366,7 @@ impl Index {
         for &u in group {
             if u == v {
                 let mut list = v_list.to_vec();
-                for &z in displaced.iter() {
-                    if list.len() >= max_degree {
-                        break;
-                    }
-                    if z != v && !list.contains(&z) && self.is_live_undeleted(z) {
-                        list.push(z);
-                    }
-                }
+                self.append_displaced(v, &mut list, displaced);
                 changes.push(ListChange {
                     vertex: v,
                     list,
@@ -339,39 +387,16 @@ impl Index {
             if current.contains(&v) {
                 continue;
             }
-            let new_list = if current.len() < max_degree {
-                let mut l = current;
-                l.push(v);
-                l
-            } else {
-                // Over the degree: prune the old list plus v from u's point of view,
-                // dropping deleted vertices on the way (they never enter new lists).
-                let from = vectors.get(u).to_vec();
-                let mut pool: Vec<(VertexId, f32)> = current
-                    .iter()
-                    .copied()
-                    .chain(std::iter::once(v))
-                    .filter(|&t| t != u && (t == v || self.is_live_undeleted(t)))
-                    .map(|t| (t, prune.search_distance(&from, vectors.get(t))))
-                    .collect();
-                let mut kept = robust_prune(&mut pool, alpha, max_degree, |a, b| {
-                    vectors.distance(prune, a, b)
-                });
-                // The nearest neighbour always keeps the back-edge, so that every new vertex
-                // has an in-edge when it is published. Without this, a vertex identical to
-                // one already in the list (distance 0 occludes it) lost every back-edge:
-                // inserting many copies of a vector left most of them unreachable until a
-                // VACUUM reconnected them. The entry it replaces, the last one the prune
-                // chose, is displaced into the new vertex's list (u -> v -> z).
-                if v_list.first() == Some(&u) && !kept.contains(&v) {
-                    if kept.len() >= max_degree {
-                        kept.pop();
-                    }
-                    kept.push(v);
-                }
-                displaced.extend(current.iter().copied().filter(|z| !kept.contains(z)));
-                kept
-            };
+            // The nearest neighbour always keeps the back-edge, so that every new vertex has
+            // an in-edge when it is published. Without this, a vertex identical to one
+            // already in the list (distance 0 occludes it) lost every back-edge: inserting
+            // many copies of a vector left most of them unreachable until a VACUUM
+            // reconnected them. The entry it replaces, the last one the prune chose, is
+            // displaced into the new vertex's list (u -> v -> z).
+            let nearest = v_list.first() == Some(&u);
+            let extended = self.extend_list(u, current, &[v], nearest.then_some(v), vectors);
+            displaced.extend(extended.displaced);
+            let new_list = extended.list;
             changes.push(ListChange {
                 vertex: u,
                 list: new_list,

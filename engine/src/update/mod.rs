@@ -7,6 +7,7 @@
 //! docs/architecture.md for how the PostgreSQL layer wires them.
 
 pub mod alloc;
+pub mod back_edges;
 mod compact;
 pub mod insert;
 pub mod locks;
@@ -18,6 +19,7 @@ pub mod verify;
 pub mod write;
 
 pub use alloc::{recover, rederive_allocator, Recovery};
+pub use back_edges::{BackEdge, BackEdgeReport, BackEdgeSink};
 pub use compact::{COMPACT_WHEN_OVER, MAX_ABSORBED_PAGES};
 pub use insert::{InsertParams, InsertReport};
 pub use locks::{AllocatorGuard, LocalLocks, WriteLocks};

@@ -1,0 +1,323 @@
+//! Back-edges: adding `u -> v` to a neighbour `u` of a newly inserted vertex `v`, either
+//! inline in the insert or later, as a task (LIOS, RFC 0004 §1).
+//!
+//! An insert that is given a [`BackEdgeSink`] writes only its own list and its nearest
+//! neighbour's back-edge before publishing (so the new row is searchable and reachable at
+//! once) and offers every other back-edge to the sink. Whoever takes tasks later runs them
+//! with [`Index::run_back_edges`]; so does the insert itself for back-edges the sink refused
+//! (a full queue). A task re-reads `u`'s list when it runs, so tasks never depend on each
+//! other or on when they were queued; one whose `u` was freed or whose `v` was deleted since
+//! is dropped.
+//!
+//! Running tasks writes like an insert does: lists packed `slots_per_page` to a fresh page
+//! (several tasks share one), the page's free slots filled by absorbing sparse pages, and a
+//! vertex `z` that a re-prune pushes out of `u`'s list appended to the new vertex's list
+//! (`u -> v -> z`), which means rewriting `v`'s list in the same page.
+
+use super::compact::Absorption;
+use super::locks::{StripeGuard, WriteLocks};
+use super::log::IndexLog;
+use super::vectors::VectorCache;
+use super::write::{read_current_list, write_lists, ListChange};
+use crate::graph::prune::robust_prune;
+use crate::graph::vamana::prune_metric;
+use crate::index::{Index, IndexError};
+use crate::storage::HeapTid;
+use crate::VertexId;
+
+/// The back-edge `vertex -> to` that an insert of `to` left to be written later.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct BackEdge {
+    pub vertex: VertexId,
+    pub to: VertexId,
+}
+
+/// Where an insert leaves the back-edges it does not write itself.
+pub trait BackEdgeSink {
+    /// Takes `edge` to be written later; `false` when there is no room (the insert then
+    /// writes it itself).
+    fn defer(&self, edge: BackEdge) -> bool;
+}
+
+/// What [`Index::run_back_edges`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BackEdgeReport {
+    /// Tasks whose edge is now in the list (written now, or found there already).
+    pub done: u64,
+    /// Tasks dropped: the vertex was freed, or the target deleted or freed, since.
+    pub dropped: u64,
+    /// Lists re-pruned because the back-edges overflowed them.
+    pub pruned: u64,
+    pub lists_written: u64,
+    pub lists_absorbed: u64,
+    pub pages_written: u64,
+    /// Edge pages read to take the current lists.
+    pub pages_read: u64,
+}
+
+impl BackEdgeReport {
+    fn add(&mut self, other: &BackEdgeReport) {
+        self.done += other.done;
+        self.dropped += other.dropped;
+        self.pruned += other.pruned;
+        self.lists_written += other.lists_written;
+        self.lists_absorbed += other.lists_absorbed;
+        self.pages_written += other.pages_written;
+        self.pages_read += other.pages_read;
+    }
+}
+
+/// `u`'s list with back-edges added, and the vertices the change pushed out of it.
+pub(super) struct Extended {
+    pub list: Vec<VertexId>,
+    pub displaced: Vec<VertexId>,
+    pub pruned: bool,
+}
+
+impl Index {
+    /// `current` (the list of `u`) with the back-edges to `new` added: appended while the
+    /// degree allows, otherwise RobustPrune over both from `u`'s point of view, dropping
+    /// deleted vertices on the way (they never enter new lists). `keep`, if the prune drops
+    /// it, replaces the prune's last choice.
+    pub(super) fn extend_list(
+        &self,
+        u: VertexId,
+        current: Vec<VertexId>,
+        new: &[VertexId],
+        keep: Option<VertexId>,
+        vectors: &mut VectorCache<'_>,
+    ) -> Extended {
+        let max_degree = self.files().edge_layout().max_degree();
+        if current.len() + new.len() <= max_degree {
+            let mut list = current;
+            list.extend_from_slice(new);
+            return Extended {
+                list,
+                displaced: Vec::new(),
+                pruned: false,
+            };
+        }
+        let alpha = self.files().manifest().params.alpha;
+        let prune = prune_metric(self.metric());
+        let from = vectors.get(u).to_vec();
+        let mut pool: Vec<(VertexId, f32)> = current
+            .iter()
+            .copied()
+            .filter(|&t| self.is_live_undeleted(t))
+            .chain(new.iter().copied())
+            .filter(|&t| t != u)
+            .map(|t| (t, prune.search_distance(&from, vectors.get(t))))
+            .collect();
+        let mut kept = robust_prune(&mut pool, alpha, max_degree, |a, b| {
+            vectors.distance(prune, a, b)
+        });
+        if let Some(k) = keep.filter(|k| !kept.contains(k)) {
+            if kept.len() >= max_degree {
+                kept.pop();
+            }
+            kept.push(k);
+        }
+        let displaced = current
+            .iter()
+            .copied()
+            .filter(|z| !kept.contains(z))
+            .collect();
+        Extended {
+            list: kept,
+            displaced,
+            pruned: true,
+        }
+    }
+
+    /// Appends to `v`'s `list` the live vertices of `displaced` it lacks, while the degree
+    /// allows; returns how many.
+    pub(super) fn append_displaced(
+        &self,
+        v: VertexId,
+        list: &mut Vec<VertexId>,
+        displaced: &[VertexId],
+    ) -> usize {
+        let max_degree = self.files().edge_layout().max_degree();
+        let before = list.len();
+        for &z in displaced {
+            if list.len() >= max_degree {
+                break;
+            }
+            if z != v && !list.contains(&z) && self.is_live_undeleted(z) {
+                list.push(z);
+            }
+        }
+        list.len() - before
+    }
+
+    /// Runs back-edge tasks (from a queue, or ones an insert's sink refused). Consecutive
+    /// tasks whose lists fit one page run together: their stripes are locked at once, each
+    /// list is read as it is now, and all of them go to one fresh page in one log record.
+    pub fn run_back_edges(
+        &self,
+        locks: &dyn WriteLocks,
+        tasks: &[BackEdge],
+    ) -> Result<BackEdgeReport, IndexError> {
+        let log = self.log()?;
+        self.run_back_edges_logged(&*log, locks, tasks)
+    }
+
+    pub(super) fn run_back_edges_logged(
+        &self,
+        log: &dyn IndexLog,
+        locks: &dyn WriteLocks,
+        tasks: &[BackEdge],
+    ) -> Result<BackEdgeReport, IndexError> {
+        let spp = self.files().edge_layout().slots_per_page();
+        let mut report = BackEdgeReport::default();
+        let mut start = 0;
+        while start < tasks.len() {
+            // Every task may rewrite its vertex's list and its target's (displacement).
+            let mut members: Vec<VertexId> = Vec::new();
+            let mut end = start;
+            while end < tasks.len() {
+                let t = tasks[end];
+                let mut extra: Vec<VertexId> = Vec::with_capacity(2);
+                for x in [t.vertex, t.to] {
+                    if !members.contains(&x) && !extra.contains(&x) {
+                        extra.push(x);
+                    }
+                }
+                if end > start && members.len() + extra.len() > spp {
+                    break;
+                }
+                members.extend(extra);
+                end += 1;
+            }
+            let group = self.run_task_group(log, locks, &tasks[start..end], &members)?;
+            report.add(&group);
+            start = end;
+        }
+        Ok(report)
+    }
+
+    fn run_task_group(
+        &self,
+        log: &dyn IndexLog,
+        locks: &dyn WriteLocks,
+        tasks: &[BackEdge],
+        members: &[VertexId],
+    ) -> Result<BackEdgeReport, IndexError> {
+        let files = self.files();
+        let layout = files.edge_layout();
+        let spp = layout.slots_per_page();
+        let mut report = BackEdgeReport::default();
+        let plan = if members.len() < spp {
+            self.absorption_plan(members, std::iter::empty(), spp - members.len())
+                .unwrap_or_default()
+        } else {
+            Absorption::new()
+        };
+        let locked: Vec<VertexId> = members
+            .iter()
+            .copied()
+            .chain(plan.iter().map(|&(u, _)| u))
+            .collect();
+        let _stripes = StripeGuard::lock(locks, &locked);
+
+        // The targets of each vertex, in task order; tasks that lost their meaning are dropped.
+        let mut targets: Vec<(VertexId, Vec<VertexId>)> = Vec::new();
+        for t in tasks {
+            let valid = t.vertex != t.to
+                && files.indirection().entry(t.vertex).is_some()
+                && self.is_live_undeleted(t.to);
+            if !valid {
+                report.dropped += 1;
+                continue;
+            }
+            match targets.iter_mut().find(|(u, _)| *u == t.vertex) {
+                Some((_, to)) if to.contains(&t.to) => report.done += 1,
+                Some((_, to)) => to.push(t.to),
+                None => targets.push((t.vertex, vec![t.to])),
+            }
+        }
+
+        let mut vectors = VectorCache::new(self);
+        let mut page_buf = vec![0u8; layout.page_size()];
+        let mut changes: Vec<ListChange> = Vec::new();
+        let mut displaced_to: Vec<(VertexId, Vec<VertexId>)> = Vec::new();
+        for (u, to) in targets {
+            let entry = files
+                .indirection()
+                .entry(u)
+                .expect("checked under u's stripe");
+            let current = read_current_list(files, u, entry.edge, &mut page_buf)?;
+            report.pages_read += 1;
+            let new: Vec<VertexId> = to
+                .iter()
+                .copied()
+                .filter(|v| !current.contains(v))
+                .collect();
+            report.done += to.len() as u64;
+            if new.is_empty() {
+                continue;
+            }
+            let extended = self.extend_list(u, current, &new, None, &mut vectors);
+            report.pruned += extended.pruned as u64;
+            if !extended.displaced.is_empty() {
+                // The displaced go to the new vertex that took their place.
+                let v = new
+                    .iter()
+                    .copied()
+                    .find(|v| extended.list.contains(v))
+                    .unwrap_or(new[0]);
+                displaced_to.push((v, extended.displaced));
+            }
+            changes.push(ListChange {
+                vertex: u,
+                list: extended.list,
+                old: Some(entry.edge),
+            });
+        }
+        for (v, displaced) in displaced_to {
+            self.take_displaced(v, &displaced, &mut changes, &mut page_buf, &mut report)?;
+        }
+        if changes.is_empty() {
+            return Ok(report);
+        }
+        let changed = changes.len();
+        let absorbed = self.absorb(&plan, &mut changes, spp, &mut page_buf)?;
+        for page in changes.chunks(spp) {
+            write_lists(files, log, locks, page, HeapTid::default())?;
+            report.pages_written += 1;
+        }
+        report.lists_written += changed as u64;
+        report.lists_absorbed += absorbed as u64;
+        Ok(report)
+    }
+
+    /// Appends `displaced` to `v`'s list while it has room (the list already in `changes`,
+    /// or `v`'s current one, read now). The caller holds `v`'s stripe.
+    fn take_displaced(
+        &self,
+        v: VertexId,
+        displaced: &[VertexId],
+        changes: &mut Vec<ListChange>,
+        page_buf: &mut [u8],
+        report: &mut BackEdgeReport,
+    ) -> Result<(), IndexError> {
+        let files = self.files();
+        if let Some(change) = changes.iter_mut().find(|c| c.vertex == v) {
+            self.append_displaced(v, &mut change.list, displaced);
+            return Ok(());
+        }
+        let Some(entry) = files.indirection().entry(v) else {
+            return Ok(());
+        };
+        let mut list = read_current_list(files, v, entry.edge, page_buf)?;
+        report.pages_read += 1;
+        if self.append_displaced(v, &mut list, displaced) > 0 {
+            changes.push(ListChange {
+                vertex: v,
+                list,
+                old: Some(entry.edge),
+            });
+        }
+        Ok(())
+    }
+}
