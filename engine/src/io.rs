@@ -602,6 +602,32 @@ fn uring_batch(
     let mut pending = reqs.len();
     let mut submitted = false;
     let mut first_error = None;
+    // LIOS: with stall work installed, submit alone, run the work while the reads are in
+    // flight, then wait (RFC 0004 §4).
+    let mut stall = crate::io_wait::StallSlot::take();
+    let started = std::time::Instant::now();
+    let mut worked = std::time::Duration::ZERO;
+    if stall.is_set() {
+        match ring.submit() {
+            Ok(_) => {
+                stats.submits += 1;
+                submitted = true;
+                let in_flight = reqs.len();
+                let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    stall.with(|work| work.stalled(in_flight))
+                }));
+                worked = started.elapsed();
+                if let Err(panic) = ran {
+                    // The kernel still writes into `reqs`: wait for every read before the
+                    // unwinding frees them.
+                    drain(ring, pending);
+                    std::panic::resume_unwind(panic);
+                }
+            }
+            Err(e) if is_transient(&e) => {}
+            Err(_) => return Err(BatchError::RingUnusable),
+        }
+    }
     while pending > 0 {
         match ring.submit_and_wait(pending) {
             Ok(_) => {
@@ -636,7 +662,25 @@ fn uring_batch(
             }
         }
     }
+    let in_flight = reqs.len();
+    stall.with(|work| work.completed(in_flight, started.elapsed(), worked));
     first_error.map_or(Ok(()), |e| Err(BatchError::Read(e)))
+}
+
+/// Waits for `pending` completions and discards them (a batch given up while its reads are
+/// in flight).
+fn drain(ring: &mut IoUring, mut pending: usize) {
+    while pending > 0 {
+        match ring.submit_and_wait(pending) {
+            Ok(_) => {}
+            Err(e) if is_transient(&e) => continue,
+            Err(e) => {
+                eprintln!("navis: io_uring wait failed with reads in flight: {e}");
+                std::process::abort();
+            }
+        }
+        pending -= ring.completion().count();
+    }
 }
 
 #[cfg(test)]
