@@ -641,6 +641,7 @@ source pg_test/cluster_standby.sh
 source pg_test/cluster_fdw.sh
 source pg_test/cluster_build.sh
 source pg_test/cluster_result_cache.sh
+source pg_test/cluster_lios.sh
 
 # The cluster tests use two test-only SQL functions (src/test_functions.rs) as well.
 export PATH="${HOME:-/root}/.cargo/bin:$PATH"

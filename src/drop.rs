@@ -81,6 +81,8 @@ unsafe extern "C-unwind" fn on_object_access(
             if let Some(cache) = crate::result_cache::shared() {
                 cache.purge(tag);
             }
+            // Its queued LIOS tasks name vertices of a build that is going away.
+            crate::lios::forget(tag);
         }
     }
 }

@@ -53,6 +53,12 @@ pub static RESULT_CACHE_RESERVE: GucSetting<i32> = GucSetting::<i32>::new(10);
 /// `navis.result_cache_fixed_threshold`: one global reuse radius instead of Aker's adaptive
 /// per-entry ones (the paper's Proximity+ baseline); 0 means adaptive.
 pub static RESULT_CACHE_FIXED_THRESHOLD: GucSetting<f64> = GucSetting::<f64>::new(0.0);
+/// `navis.lios`: leave inserts' neighbour back-edges to searches' read stalls (LIOS).
+pub static LIOS: GucSetting<bool> = GucSetting::<bool>::new(false);
+/// `navis.lios_latency_budget`: θ, the share of mean search latency update work may add.
+pub static LIOS_LATENCY_BUDGET: GucSetting<f64> = GucSetting::<f64>::new(0.05);
+/// `navis.lios_queue_size`: deferred back-edges the server can hold (postmaster; 0: none).
+pub static LIOS_QUEUE_SIZE: GucSetting<i32> = GucSetting::<i32>::new(65_536);
 
 /// `navis.iterative_scan`.
 #[derive(pgrx::PostgresGucEnum, Clone, Copy, PartialEq, Eq, Debug)]
@@ -218,6 +224,28 @@ pub fn register() {
         0.0,
         1e12,
     );
+    GucRegistry::define_bool_guc(
+        c"navis.lios",
+        c"Let inserts leave their neighbours' back-edges as tasks that searches run in their read stalls (LIOS).",
+        c"An insert still writes its own row's edges and its nearest neighbour's back-edge, so \
+          the row is searchable at once; the other back-edges wait in a shared queue \
+          (navis.lios_queue_size) until a search, VACUUM or, when the queue is full, the \
+          inserting session runs them. Needs navis in shared_preload_libraries.",
+        &LIOS,
+        GucContext::Userset,
+        GucFlags::default(),
+    );
+    real(
+        c"navis.lios_latency_budget",
+        c"How much LIOS may slow searches down: the share of mean search latency its tasks may add.",
+        c"Theta of the LIOS paper: a search runs tasks only in read stalls, within a budget \
+          whose expected overrun is at most this share of the stall, and the share of the \
+          budget used adapts so that mean search latency stays within (1 + theta) of a \
+          baseline measured without tasks.",
+        &LIOS_LATENCY_BUDGET,
+        0.0,
+        1.0,
+    );
     // Unknown navis.* names (typos such as navis.serch_list) become errors instead of
     // silently creating placeholder settings.
     // SAFETY: called from _PG_init with a NUL-terminated static string.
@@ -286,6 +314,17 @@ fn register_cache() {
         i32::MAX / 2,
         GucContext::Postmaster,
         GucFlags::UNIT_MB,
+    );
+    GucRegistry::define_int_guc(
+        c"navis.lios_queue_size",
+        c"Deferred back-edges (LIOS tasks) the server can hold; 0 allocates no queue.",
+        c"16 bytes each in shared memory. When the queue is full an inserting session runs its \
+          back-edges itself. Takes effect at server start.",
+        &LIOS_QUEUE_SIZE,
+        0,
+        i32::MAX / 64,
+        GucContext::Postmaster,
+        GucFlags::default(),
     );
     GucRegistry::define_int_guc(
         c"navis.result_cache_indexes",

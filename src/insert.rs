@@ -100,8 +100,8 @@ pub unsafe extern "C-unwind" fn aminsert(
 }
 
 /// Inserts one validated row into an open, bound index: the engine's insert with this
-/// session's settings, errors raised as ERRORs. Also the second pass of a memory-bounded
-/// build (`build.rs`).
+/// session's settings (with `navis.lios`, back-edges left to the task queue, `lios.rs`),
+/// errors raised as ERRORs.
 pub fn insert_row(index: pg_sys::Relation, open: &OpenIndex, vector: &[f32], tid: HeapTid) {
     let list = guc::INSERT_LIST.get().max(1) as usize;
     let casr_window = if guc::CASR_ENABLED.get() {
@@ -118,7 +118,12 @@ pub fn insert_row(index: pg_sys::Relation, open: &OpenIndex, vector: &[f32], tid
     };
     let mut reader = open.reader();
     let locks = open.locks();
-    let outcome = open.index.insert(&mut reader, &locks, vector, tid, params);
+    let outcome = crate::lios::with_insert_sink(index, open, |sink| match sink {
+        Some(sink) => open
+            .index
+            .insert_deferring(&mut reader, &locks, vector, tid, params, sink),
+        None => open.index.insert(&mut reader, &locks, vector, tid, params),
+    });
     if outcome.is_ok() {
         open.recycle(reader);
     }
@@ -126,6 +131,11 @@ pub fn insert_row(index: pg_sys::Relation, open: &OpenIndex, vector: &[f32], tid
         Ok(report) => {
             io_stats::report(index, &report.search, &mut io_stats::Reported::default());
             crate::result_cache::record_insert(index, open, tid, vector);
+            crate::lios::count(crate::lios::Count::Deferred, report.back_edges_deferred);
+            crate::lios::count(
+                crate::lios::Count::RunByInserters,
+                report.back_edges_refused,
+            );
             if casr_window.is_none() && guc::CASR_ENABLED.get() {
                 if let Some(w) = report.calibration_sample {
                     open.record_casr_sample(Caller::Insert, list, w);

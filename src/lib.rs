@@ -17,6 +17,7 @@ mod errors;
 mod guc;
 mod insert;
 mod io_stats;
+mod lios;
 mod open;
 mod options;
 mod pglog;

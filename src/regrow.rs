@@ -184,7 +184,12 @@ fn write_and_switch(index: pg_sys::Relation, built: &BuiltIndex<'_>) {
     let page = RelationWriter::append(&store, &built.input(), built.medoid, new_build_id())
         .and_then(|(_, page)| store.sync().map(|()| page))
         .unwrap_or_else(|e| fail(index, e.into()));
+    let replaced = crate::open::read_meta(index).map(|m| m.build_id);
     switch_metapage(index, page);
+    // The old build's queued back-edges name its vertex ids, which mean nothing now.
+    if let Some(build_id) = replaced {
+        crate::lios::forget(crate::lios::tag_of(index, build_id));
+    }
 }
 
 fn fail(index: pg_sys::Relation, e: IndexError) -> ! {

@@ -351,7 +351,16 @@ pub unsafe extern "C-unwind" fn amgettuple(
         pgrx::check_for_interrupts!();
         let cursor = run.cursor.as_mut().expect("cursor present while running");
         let passes_before = cursor.passes();
-        let hit = match cursor.next_hit() {
+        let started = std::time::Instant::now();
+        // SAFETY: the scan's index relation, open for the whole scan.
+        let stalls = crate::lios::SearchStalls::new(unsafe { (*scan).indexRelation }, &open);
+        let next = match stalls {
+            Some(mut work) => {
+                navis_engine::io_wait::with_stall_work(&mut work, || cursor.next_hit())
+            }
+            None => cursor.next_hit(),
+        };
+        let hit = match next {
             Ok(h) => h,
             Err(e) => {
                 run.failed = true;
@@ -369,6 +378,9 @@ pub unsafe extern "C-unwind" fn amgettuple(
             &mut run.reported,
         );
         if passes_before == 0 && cursor.passes() > 0 {
+            if guc::LIOS.get() {
+                crate::lios::record_search(started.elapsed());
+            }
             if run.calibrating {
                 if let Some(w) = cursor.calibration_sample() {
                     run.open

@@ -85,6 +85,7 @@ unsafe extern "C-unwind" fn on_shmem_request() {
         pg_sys::RequestAddinShmemSpace(std::mem::size_of::<NavisShared>());
         pg_sys::RequestAddinShmemSpace(crate::cache::region_bytes());
         crate::result_cache::request();
+        crate::lios::request();
         pg_sys::RequestNamedLWLockTranche(LOCK_TRANCHE.as_ptr(), VERTEX_LOCK_STRIPES as i32);
         pg_sys::RequestNamedLWLockTranche(ALLOCATOR_TRANCHE.as_ptr(), ALLOCATOR_LOCKS as i32);
     }
@@ -122,6 +123,8 @@ unsafe extern "C-unwind" fn on_shmem_startup() {
         crate::cache::init_shared();
         // The result cache (its own named block, sized by navis.result_cache_size).
         crate::result_cache::init_shared();
+        // The LIOS task queue (its own named block, sized by navis.lios_queue_size).
+        crate::lios::init_shared();
         pg_sys::LWLockRelease(init_lock);
         SHARED.store(shared, Ordering::Release);
     }

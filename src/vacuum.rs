@@ -111,6 +111,9 @@ pub unsafe extern "C-unwind" fn amvacuumcleanup(
         return stats;
     };
     let _bound = open.bind(index);
+    // Queued back-edges first: they name vertices consolidation may free, and they are
+    // links the reconnect pass would otherwise make up for.
+    crate::lios::drain(index, &open);
     let threshold = BuildOptions::of_index(index).consolidate_threshold;
     let locks = open.locks();
     let context = || {

@@ -338,3 +338,79 @@ fn tasks_that_lost_their_meaning_are_dropped_and_done_ones_write_nothing() {
     assert!(report.lists_written >= 1, "{report:?}");
     assert_eq!(index.verify().unwrap().problem_count, 0);
 }
+
+/// A sink that takes every back-edge and loses it: a crash with the queue full of them.
+struct Lost;
+
+impl BackEdgeSink for Lost {
+    fn defer(&self, _: BackEdge) -> bool {
+        true
+    }
+}
+
+#[test]
+fn vacuum_restores_the_back_edges_a_crash_lost() {
+    let f = fixture();
+    let locks = LocalLocks::new(64);
+    let inline = Index::open(&f.inline_dir).unwrap();
+    let crashed = Index::open(&f.deferred_dir).unwrap();
+    recover(inline.files(), &locks, 1).unwrap();
+    recover(crashed.files(), &locks, 1).unwrap();
+    let mut inline_reader = inline.reader().unwrap();
+    let mut crashed_reader = crashed.reader().unwrap();
+    for row in BASE..BASE + INSERTED {
+        let v = &f.rows[row * DIM..(row + 1) * DIM];
+        inline
+            .insert(
+                &mut inline_reader,
+                &locks,
+                v,
+                tid(row),
+                InsertParams::default(),
+            )
+            .unwrap();
+        crashed
+            .insert_deferring(
+                &mut crashed_reader,
+                &locks,
+                v,
+                tid(row),
+                InsertParams::default(),
+                &Lost,
+            )
+            .unwrap();
+    }
+    let truth = brute_force_knn(&f.rows, DIM, &f.queries, 10, Metric::L2, 2);
+    let recall = |index: &Index| recall_at_k(&top_rows(index, &f.queries, 10, 24), &truth, 10);
+    let lost_recall = recall(&crashed);
+    let inline_edges = inline.verify().unwrap().edges;
+    let lost_edges = crashed.verify().unwrap().edges;
+
+    let inline_vacuum = inline.reconnect(&locks, &|| false).unwrap().unwrap();
+    let vacuum = crashed.reconnect(&locks, &|| false).unwrap().unwrap();
+    let (a, b) = (inline.verify().unwrap(), crashed.verify().unwrap());
+    let (recall_inline, recall_restored) = (recall(&inline), recall(&crashed));
+    eprintln!(
+        "edges inline {inline_edges} -> {}, lost {lost_edges} -> {}; restored {} back-edges \
+         ({} in the inline graph); recall@10 inline {recall_inline:.4}, lost {lost_recall:.4}, \
+         restored {recall_restored:.4}",
+        a.edges, b.edges, vacuum.back_edges_restored, inline_vacuum.back_edges_restored
+    );
+    assert!(
+        lost_edges < inline_edges * 3 / 4,
+        "the lost tasks cost edges"
+    );
+    assert!(b.is_clean(), "{b:?}");
+    assert!(vacuum.back_edges_restored > INSERTED as u64, "{vacuum:?}");
+    // Not all of them: a vertex that later inserts linked to enough is left as it is.
+    assert!(
+        (b.edges as f64) >= 0.9 * a.edges as f64,
+        "edges after VACUUM: {} restored vs {} inline",
+        b.edges,
+        a.edges
+    );
+    assert!(
+        recall_restored >= recall_inline - 0.005,
+        "recall@10 {recall_restored} after VACUUM vs {recall_inline} inline"
+    );
+}

@@ -61,6 +61,22 @@ impl TaskSlot {
     }
 }
 
+impl TaskSlot {
+    /// The task stored here (under the queue lock), as the index tagged `tag`'s.
+    fn task(&self, tag: u64) -> Task {
+        let arg = self.arg.load(Relaxed);
+        Task {
+            tag,
+            vertex: self.vertex.load(Relaxed),
+            kind: if arg == REPAIR {
+                TaskKind::Repair
+            } else {
+                TaskKind::BackEdge { to: arg }
+            },
+        }
+    }
+}
+
 impl Default for TaskSlot {
     fn default() -> Self {
         Self::new()
@@ -165,17 +181,38 @@ impl<'a> TaskQueue<'a> {
             if tag == 0 {
                 continue;
             }
-            let arg = s.arg.load(Relaxed);
-            return Some(Task {
-                tag,
-                vertex: s.vertex.load(Relaxed),
-                kind: if arg == REPAIR {
-                    TaskKind::Repair
-                } else {
-                    TaskKind::BackEdge { to: arg }
-                },
-            });
+            return Some(s.task(tag));
         }
+    }
+
+    /// Takes up to `max` of the oldest tasks of the index tagged `tag` among the first `scan`
+    /// queued (a search runs only its own index's tasks: it has that index open and bound).
+    /// Tasks of other indexes stay where they are.
+    pub fn pop_for(&self, tag: u64, max: usize, scan: usize, out: &mut Vec<Task>) {
+        let _g = self.header.lock.lock();
+        let (head, tail) = (
+            self.header.head.load(Relaxed),
+            self.header.tail.load(Relaxed),
+        );
+        let mut taken = 0;
+        for seq in head..tail.min(head + scan as u64) {
+            if taken == max {
+                break;
+            }
+            let s = self.slot(seq);
+            if s.tag.load(Relaxed) != tag {
+                continue;
+            }
+            out.push(s.task(tag));
+            s.tag.store(0, Relaxed);
+            taken += 1;
+        }
+        // Slots emptied at the head are free again.
+        let mut head = head;
+        while head < tail && self.slot(head).tag.load(Relaxed) == 0 {
+            head += 1;
+        }
+        self.header.head.store(head, Relaxed);
     }
 
     /// Forgets every queued task of the index tagged `tag` (DROP, REINDEX, TRUNCATE, or a
@@ -338,5 +375,34 @@ mod tests {
         }
         assert_eq!(total.len(), 15_000, "every task ran");
         assert!(total.values().all(|&n| n == 1), "no task ran twice");
+    }
+
+    #[test]
+    fn a_search_takes_only_its_own_index_tasks_and_the_head_moves_past_them() {
+        let (h, s) = (QueueHeader::new(), slots(8));
+        let q = TaskQueue::new(&h, &s);
+        q.reset();
+        for (i, tag) in [1, 2, 1, 1, 2, 1].into_iter().enumerate() {
+            q.push(back_edge(tag, i as u32, 0)).unwrap();
+        }
+        let mut out = Vec::new();
+        q.pop_for(1, 2, 8, &mut out);
+        assert_eq!(out.iter().map(|t| t.vertex).collect::<Vec<_>>(), vec![0, 2]);
+        // Slot 0 was taken, slot 1 (tag 2) still holds the head.
+        assert_eq!(q.len(), 5);
+        out.clear();
+        q.pop_for(1, 10, 3, &mut out);
+        assert_eq!(
+            out.iter().map(|t| t.vertex).collect::<Vec<_>>(),
+            vec![3],
+            "scan limit"
+        );
+        out.clear();
+        q.pop_for(2, 10, 8, &mut out);
+        assert_eq!(out.iter().map(|t| t.vertex).collect::<Vec<_>>(), vec![1, 4]);
+        // Only tag 1's last task is left, and the head moved up to it.
+        assert_eq!(q.len(), 1);
+        assert_eq!(q.pop(), Some(back_edge(1, 5, 0)));
+        assert!(q.is_empty());
     }
 }

@@ -90,12 +90,21 @@ impl RelationBulk {
     }
 
     /// The block of page `ordinal` of `kind`, re-reading the map once when it lies beyond.
+    ///
+    /// The map read is installed only if no one holds the current one: a search holds it
+    /// across a batch of reads, and LIOS tasks run inside that batch on the same thread
+    /// (RFC 0004 §4), where waiting for the write lock would wait for itself. This lookup
+    /// uses the map it read either way.
     pub fn block(&self, kind: PageKind, ordinal: u32) -> Result<Option<u32>, StorageError> {
         if let Some(block) = self.map().block(kind, ordinal) {
             return Ok(Some(block));
         }
-        self.refresh()?;
-        Ok(self.map().block(kind, ordinal))
+        let (_, map) = crate::relation::RelationImage::read_layout(&*self.store, &self.fork)?;
+        let block = map.block(kind, ordinal);
+        if let Ok(mut current) = self.map.try_write() {
+            *current = map;
+        }
+        Ok(block)
     }
 
     fn block_of(&self, kind: PageKind, ordinal: u32) -> Result<u32, StorageError> {

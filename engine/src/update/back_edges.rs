@@ -25,6 +25,13 @@ use crate::index::{Index, IndexError};
 use crate::storage::HeapTid;
 use crate::VertexId;
 
+/// VACUUM gives vertices with fewer in-edges than `max_degree / RESTORE_BELOW_DEGREE_SHARE`
+/// their back-edges again ([`Index::restore_back_edges`]). A vertex whose deferred
+/// back-edges a crash lost keeps its nearest neighbour's (every insert writes it itself)
+/// and the few later inserts gave it; inserts that ran their back-edges leave in-degrees
+/// near the out-degree.
+pub const RESTORE_BELOW_DEGREE_SHARE: usize = 4;
+
 /// The back-edge `vertex -> to` that an insert of `to` left to be written later.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct BackEdge {
@@ -148,6 +155,54 @@ impl Index {
             }
         }
         list.len() - before
+    }
+
+    /// Back-edges a crash lost (queued tasks are not durable, RFC 0004 §3): for every live
+    /// vertex with few in-edges ([`RESTORE_BELOW_DEGREE_SHARE`]) in `adjacency` (every vertex's
+    /// current list), `u -> v` for each out-neighbour `u` that lacks it, which is what its
+    /// insert left to tasks. VACUUM's reconnect pass runs this before it looks for
+    /// unreachable vertices.
+    pub(super) fn restore_back_edges(
+        &self,
+        log: &dyn IndexLog,
+        locks: &dyn WriteLocks,
+        adjacency: &[Vec<VertexId>],
+        cancel: &dyn Fn() -> bool,
+    ) -> Result<BackEdgeReport, IndexError> {
+        let n = adjacency.len();
+        let few = self.files().edge_layout().max_degree() / RESTORE_BELOW_DEGREE_SHARE;
+        let mut in_degree = vec![0usize; n];
+        for &w in adjacency.iter().flatten() {
+            if let Some(d) = in_degree.get_mut(w as usize) {
+                *d += 1;
+            }
+        }
+        let mut tasks: Vec<BackEdge> = Vec::new();
+        for (v, list) in adjacency.iter().enumerate() {
+            let v = v as VertexId;
+            if in_degree[v as usize] >= few || !self.is_live_undeleted(v) {
+                continue;
+            }
+            tasks.extend(
+                list.iter()
+                    .copied()
+                    .filter(|&u| {
+                        u != v
+                            && (u as usize) < n
+                            && !adjacency[u as usize].contains(&v)
+                            && self.is_live_undeleted(u)
+                    })
+                    .map(|u| BackEdge { vertex: u, to: v }),
+            );
+        }
+        let mut report = BackEdgeReport::default();
+        for chunk in tasks.chunks(256) {
+            if cancel() {
+                return Err(IndexError::Cancelled);
+            }
+            report.add(&self.run_back_edges_logged(log, locks, chunk)?);
+        }
+        Ok(report)
     }
 
     /// Runs back-edge tasks (from a queue, or ones an insert's sink refused). Consecutive

@@ -93,6 +93,8 @@ pub struct InsertReport {
     pub pages_in_place: u64,
     /// Back-edges left to a sink ([`Index::insert_deferring`]), not written by this insert.
     pub back_edges_deferred: u64,
+    /// Back-edges the sink refused (a full queue), which this insert ran itself.
+    pub back_edges_refused: u64,
     /// Whether the new vertex was promoted into the entrance graph.
     pub promoted: bool,
     /// With `casr_window: None`: the smallest window that would have kept this rerank's
@@ -299,6 +301,7 @@ impl Index {
                 .filter(|&edge| !sink.defer(edge))
                 .collect();
             report.back_edges_deferred = (deferred.len() - refused.len()) as u64;
+            report.back_edges_refused = refused.len() as u64;
             let ran = self.run_back_edges_logged(log, locks, &refused)?;
             report.pages_reread += ran.pages_read;
             report.lists_written += ran.lists_written;

@@ -74,6 +74,9 @@ pub struct ConsolidateReport {
     pub lists_compacted: u64,
     /// Live vertices the repairs left unreachable, linked from their nearest reachable one.
     pub orphans_linked: u64,
+    /// Back-edges given again to vertices left with few in-edges (a crash lost their
+    /// queued LIOS tasks), `update::back_edges`.
+    pub back_edges_restored: u64,
     pub pages_written: u64,
     pub free_pages_after: u64,
 }
@@ -330,7 +333,14 @@ impl Index {
     ) -> Result<(), IndexError> {
         let files = self.files();
         let table = files.indirection();
-        let adjacency = self.current_adjacency(cancel, report)?;
+        let mut adjacency = self.current_adjacency(cancel, report)?;
+        let restored = self.restore_back_edges(log, locks, &adjacency, cancel)?;
+        if restored.lists_written > 0 {
+            // Re-prunes may have pushed vertices out of lists: walk the lists as they are now.
+            report.back_edges_restored += restored.done;
+            report.pages_written += restored.pages_written;
+            adjacency = self.current_adjacency(cancel, report)?;
+        }
         let n = adjacency.len();
         let mut reached = vec![false; n];
         let starts: Vec<VertexId> = self

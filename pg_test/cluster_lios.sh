@@ -1,0 +1,147 @@
+# Cluster tests of LIOS (issue 18, RFC 0004), sourced by run_cluster_tests.sh. They run on a
+# cluster of their own that reads as an index larger than memory does: no NAVIS-Cache and no
+# page-cache probe (NAVIS_PAGE_CACHE=0), so that every search hop waits on O_DIRECT reads and
+# has a stall to fill; and a small queue (4,096 tasks, so that inserts fill it).
+
+LDIR=/tmp/navis-clustertest-lios
+LPORT=54341
+
+lsql() { cluster_psql "$LDIR" "$LPORT" -v ON_ERROR_STOP=1 -At "$@"; }
+lval() { lsql -c "$1"; }
+lstat() { lval "SELECT value::bigint FROM navis_lios_stats WHERE name = '$1'"; }
+
+# 32-d rows id in [from, to] of table $1, a smooth function of id (rows have near twins), in
+# a session with navis.lios = ${4:-off}.
+lios_rows() {
+  lsql -c "SET navis.lios = ${4:-off}" -c "INSERT INTO $1 SELECT i, (SELECT array_agg(sin(i * (0.013 + k * 0.0071) + k * 0.9)::real ORDER BY k)
+      FROM generate_series(0, 31) k) FROM generate_series($2, $3) i"
+}
+
+# recall@10 of the index over 40 queries against the exact answer (sequential scan).
+lios_recall() {
+  local exact found
+  exact=$(lval "SET enable_indexscan = off; SET enable_bitmapscan = off;
+    SELECT string_agg(i || ':' || id, ',' ORDER BY i, id) FROM (
+      SELECT q.i, t.id FROM (SELECT i, (SELECT array_agg(cos(i * (0.017 + k * 0.0053) + k)::real ORDER BY k)
+                          FROM generate_series(0, 31) k) AS v FROM generate_series(1, 40) i) q
+      CROSS JOIN LATERAL (SELECT id FROM $1 ORDER BY v <-> q.v LIMIT 10) t) s" | tail -1)
+  found=$(lval "SET enable_seqscan = off; SET navis.search_list = 10;
+    SELECT string_agg(i || ':' || id, ',' ORDER BY i, id) FROM (
+      SELECT q.i, t.id FROM (SELECT i, (SELECT array_agg(cos(i * (0.017 + k * 0.0053) + k)::real ORDER BY k)
+                          FROM generate_series(0, 31) k) AS v FROM generate_series(1, 40) i) q
+      CROSS JOIN LATERAL (SELECT id FROM $1 ORDER BY v <-> q.v LIMIT 10) t) s" | tail -1)
+  comm -12 <(tr ',' '\n' <<<"$exact" | sort) <(tr ',' '\n' <<<"$found" | sort) | wc -l
+}
+
+# 600 ordered searches in one session with navis.lios on (one backend's pacing: its tuner
+# records a baseline first, then gives stalls their budget).
+lios_searches() {
+  lsql -c "SET navis.lios = on; SET enable_seqscan = off;
+    DO \$\$ DECLARE q real[]; BEGIN
+      FOR i IN 1..600 LOOP
+        SELECT array_agg(sin(i * 7.3 * (0.013 + k * 0.0071) + k * 0.9)::real ORDER BY k) INTO q
+          FROM generate_series(0, 31) k;
+        PERFORM id FROM $1 ORDER BY v <-> q LIMIT 10;
+      END LOOP; END \$\$;" >/dev/null
+}
+
+# Inserts with navis.lios on leave back-edges queued, searches run them in their read
+# stalls, VACUUM runs the rest; the graph ends clean, with the recall of inline inserts.
+test_lios_deferred_back_edges_searches_and_vacuum() {
+  NAVIS_PAGE_CACHE=0 cluster_start "$LDIR" "$LPORT" "shared_preload_libraries = 'navis'" "navis.cache_size = 0" \
+    "navis.lios_queue_size = 4096" || { fail lios "cluster did not start"; return; }
+  lsql -c "CREATE EXTENSION navis"
+  lsql -c "CREATE TABLE li (id int, v real[])" -c "CREATE TABLE lo (id int, v real[])"
+  lios_rows li 1 3000; lios_rows lo 1 3000
+  lsql -c "CREATE INDEX li_v ON li USING navis (v)" -c "CREATE INDEX lo_v ON lo USING navis (v)"
+  # 500 rows each: inline into lo, deferred into li (in 5 statements, so the queue never fills)
+  local n
+  for n in 0 1 2 3 4; do
+    lios_rows li $((3001 + n * 100)) $((3100 + n * 100)) on
+  done
+  lios_rows lo 3001 3500
+  local queued length; queued=$(lstat tasks_queued); length=$(lstat queue_length)
+  [ "$queued" -gt 1000 ] && [ "$length" = "$queued" ] ||
+    { fail lios "after 500 deferring inserts: queued $queued, queue length $length"; cluster_stop "$LDIR"; return; }
+  [ "$(lstat tasks_run_by_inserters)" = 0 ] ||
+    { fail lios "inserters ran tasks with room in the queue"; cluster_stop "$LDIR"; return; }
+  # Every new row is found by its own vector before any task ran.
+  local missing; missing=$(lval "SET enable_seqscan = off; SELECT count(*) FROM li o WHERE o.id > 3000
+      AND o.id <> (SELECT id FROM li ORDER BY v <-> o.v LIMIT 1)" | tail -1)
+  [ "$missing" = 0 ] || { fail lios "$missing new rows not found before their tasks ran"; cluster_stop "$LDIR"; return; }
+  lios_searches li
+  local by_search; by_search=$(lstat tasks_run_by_searches)
+  # A debug build's task costs more than a stall's budget, so it may run only the one task
+  # that measures the cost; a release build runs thousands (benchmarks/results/lios.md).
+  [ "$by_search" -gt 0 ] && [ "$(lstat search_stalls)" -gt 1000 ] ||
+    { fail lios "600 searches ran no task ($(lval "SELECT string_agg(name || '=' || value, ' ') FROM navis_lios_stats"))"; cluster_stop "$LDIR"; return; }
+  lsql -c "VACUUM li" -c "VACUUM lo"
+  local after by_vacuum; after=$(lstat queue_length); by_vacuum=$(lstat tasks_run_by_vacuum)
+  local ran=$((by_search + by_vacuum + $(lstat tasks_dropped)))
+  [ "$after" = 0 ] && [ "$ran" = "$queued" ] ||
+    { fail lios "after VACUUM: queue $after, run by searches $by_search + VACUUM $by_vacuum (+ dropped) = $ran of $queued"; cluster_stop "$LDIR"; return; }
+  local verify_li verify_lo
+  verify_li=$(lval "SELECT problems, unreachable, dangling_edges FROM navis_verify('li_v')")
+  verify_lo=$(lval "SELECT problems, unreachable, dangling_edges FROM navis_verify('lo_v')")
+  [ "$verify_li" = "0|0|0" ] || { fail lios "navis_verify after VACUUM: $verify_li"; cluster_stop "$LDIR"; return; }
+  local r_li r_lo; r_li=$(lios_recall li); r_lo=$(lios_recall lo)
+  # 400 true neighbours; half a point is 2 of them.
+  [ "$r_li" -ge $((r_lo - 2)) ] ||
+    { fail lios "recall: $r_li/400 deferred vs $r_lo/400 inline"; cluster_stop "$LDIR"; return; }
+  echo "ok       lios_deferred_back_edges_searches_and_vacuum (queued $queued; run by 600 searches $by_search, by VACUUM $by_vacuum; verify $verify_li vs inline $verify_lo; recall@10 $r_li/400 vs $r_lo/400 inline)"
+}
+
+# A full queue makes inserters run their back-edges; a crash loses what was queued, the
+# restarted server starts with an empty queue and a consistent index, and VACUUM reconnects.
+# A hot standby's searches never run tasks.
+test_lios_full_queue_crash_and_standby() {
+  local sdir=/tmp/navis-clustertest-lios-standby sport=54342
+  [ -f "$LDIR/data/postmaster.pid" ] || NAVIS_PAGE_CACHE=0 cluster_start "$LDIR" "$LPORT" "shared_preload_libraries = 'navis'" \
+    "navis.cache_size = 0" "navis.lios_queue_size = 4096"
+  lsql -c "CREATE EXTENSION IF NOT EXISTS navis"
+  lsql -c "DROP TABLE IF EXISTS lf" -c "CREATE TABLE lf (id int, v real[])"
+  lios_rows lf 1 2000
+  lsql -c "CREATE INDEX lf_v ON lf USING navis (v)"
+  local inserters_before; inserters_before=$(lstat tasks_run_by_inserters)
+  lios_rows lf 2001 3500 on
+  local length by_inserters
+  length=$(lstat queue_length); by_inserters=$(( $(lstat tasks_run_by_inserters) - inserters_before ))
+  [ "$length" -ge 4000 ] && [ "$by_inserters" -gt 0 ] ||
+    { fail lios_full "queue $length of 4096, run by inserters $by_inserters"; cluster_stop "$LDIR"; return; }
+  runuser -u postgres -- "$PGBIN/pg_ctl" -D "$LDIR/data" -m immediate -w stop >/dev/null
+  runuser -u postgres -- env -u RUST_BACKTRACE NAVIS_PAGE_CACHE=0 "$PGBIN/pg_ctl" -D "$LDIR/data" -l "$LDIR/server.log" -w start >/dev/null
+  local after_crash; after_crash=$(lstat queue_length)
+  local verify; verify=$(lval "SELECT problems, dangling_edges FROM navis_verify('lf_v')")
+  local rows; rows=$(lval "SELECT vertices - deleted FROM navis_verify('lf_v')")
+  [ "$after_crash" = 0 ] && [ "$verify" = "0|0" ] && [ "$rows" = 3500 ] ||
+    { fail lios_full "after the crash: queue $after_crash, verify $verify, rows $rows"; cluster_stop "$LDIR"; return; }
+  # The same rows inserted inline, for comparison.
+  lsql -c "DROP TABLE IF EXISTS lg" -c "CREATE TABLE lg (id int, v real[])"
+  lios_rows lg 1 2000
+  lsql -c "CREATE INDEX lg_v ON lg USING navis (v)"
+  lios_rows lg 2001 3500
+  local own="SET enable_seqscan = off; SET navis.search_list = 10; SELECT count(*) FROM lf o
+      WHERE o.id <> (SELECT id FROM lf ORDER BY v <-> o.v LIMIT 1)"
+  local lost; lost=$(lval "$own" | tail -1)
+  lsql -c "VACUUM lf" -c "VACUUM lg"
+  local clean; clean=$(lval "SELECT clean FROM navis_verify('lf_v')")
+  local missing; missing=$(lval "$own" | tail -1)
+  local inline; inline=$(lval "${own//lf/lg}" | tail -1)
+  [ "$clean" = t ] && [ "$missing" -le $((inline + 3)) ] ||
+    { fail lios_full "after VACUUM: clean $clean; rows not found by their own vector (search list 10): $missing, inline $inline, before VACUUM $lost"; cluster_stop "$LDIR"; return; }
+  # A standby: queue tasks on the primary, then search on the standby with navis.lios on.
+  lios_rows lf 3501 3600 on
+  NAVIS_PAGE_CACHE=0 standby_start "$LDIR" "$LPORT" "$sdir" "$sport" "shared_preload_libraries = 'navis'" "navis.cache_size = 0" \
+    "navis.lios_queue_size = 4096"
+  standby_catch_up "$LDIR" "$LPORT" "$sdir" "$sport" ||
+    { fail lios_full "standby did not catch up"; cluster_stop "$sdir"; cluster_stop "$LDIR"; return; }
+  cluster_psql "$sdir" "$sport" -At -v ON_ERROR_STOP=1 -c "SET navis.lios = on; SET enable_seqscan = off;
+    DO \$\$ DECLARE q real[]; BEGIN FOR i IN 1..300 LOOP
+      SELECT v INTO q FROM lf WHERE id = i; PERFORM id FROM lf ORDER BY v <-> q LIMIT 10; END LOOP; END \$\$;" >/dev/null
+  local s_stats; s_stats=$(cluster_psql "$sdir" "$sport" -At -c "SELECT string_agg(value::bigint::text, ',' ORDER BY name)
+      FROM navis_lios_stats WHERE name IN ('queue_length', 'tasks_run_by_searches', 'search_stalls_used')")
+  cluster_stop "$sdir"
+  [ "$s_stats" = "0,0,0" ] || { fail lios_full "standby ran tasks: $s_stats"; cluster_stop "$LDIR"; return; }
+  cluster_stop "$LDIR"
+  echo "ok       lios_full_queue_crash_and_standby (queue full at $length: inserters ran $by_inserters; after a crash the queue is empty, navis_verify $verify, 3,500 rows; rows not found by their own vector: $lost after the crash, $missing after VACUUM (inline $inline), clean; standby ran no task)"
+}

@@ -1,0 +1,411 @@
+//! LIOS in PostgreSQL (RFC 0004, issue 18): inserts leave their neighbours' back-edges as
+//! tasks in a queue in shared memory, and searches run them in their read stalls.
+//!
+//! - The queue (`navis.lios_queue_size` tasks, postmaster shared memory) and the server's
+//!   LIOS counters live in one named block. Tasks are not WAL-logged: a crash loses them, and
+//!   what they would have written is a back-edge that VACUUM's reconnect restores. What a
+//!   task writes goes through `PgLog` like any other list change.
+//! - `aminsert` with `navis.lios = on` uses the engine's deferring insert with a sink over the
+//!   queue; a full queue hands the back-edges back and the inserting session runs them.
+//! - A scan installs [`SearchStalls`] as the engine's stall work: between submitting a hop's
+//!   reads and waiting for them, it runs as many of its own index's tasks as the budget
+//!   allows. The budget is the engine's overrun-bounded τ_est per number of reads in flight,
+//!   times the utilisation ratio of the engine's tuner, both per backend.
+//! - VACUUM runs every queued task of its index first (before it frees vertices).
+//! - A hot standby never runs tasks: it has no inserts to queue them, and its scans check.
+
+use crate::guc;
+use crate::open::OpenIndex;
+use navis_engine::io_wait::StallWork;
+use navis_engine::lios::{
+    IdleBudgets, QueueHeader, QueueSink, Task, TaskKind, TaskQueue, TaskSlot, UtilisationTuner,
+};
+use navis_engine::update::BackEdge;
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+use std::cell::RefCell;
+use std::ffi::CStr;
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+const SHMEM_NAME: &CStr = c"navis lios queue";
+
+/// Tasks one run of a search takes at most (one page group of lists).
+const MAX_TASKS_PER_STALL: usize = 8;
+/// Queue slots a search looks through for its own index's tasks.
+const SCAN_SLOTS: usize = 512;
+
+/// The server's LIOS counters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Count {
+    Deferred,
+    RunBySearches,
+    RunByInserters,
+    RunByVacuum,
+    Dropped,
+    Failed,
+    Stalls,
+    StallsWorked,
+    Overruns,
+    WorkMicros,
+}
+
+const COUNTS: [(Count, &str); 10] = [
+    (Count::Deferred, "tasks_queued"),
+    (Count::RunBySearches, "tasks_run_by_searches"),
+    (Count::RunByInserters, "tasks_run_by_inserters"),
+    (Count::RunByVacuum, "tasks_run_by_vacuum"),
+    (Count::Dropped, "tasks_dropped"),
+    (Count::Failed, "tasks_failed"),
+    (Count::Stalls, "search_stalls"),
+    (Count::StallsWorked, "search_stalls_used"),
+    (Count::Overruns, "budget_overruns"),
+    (Count::WorkMicros, "task_microseconds_in_stalls"),
+];
+
+#[repr(C)]
+struct Region {
+    header: QueueHeader,
+    counters: [AtomicU64; COUNTS.len()],
+    capacity: u64,
+    // `capacity` TaskSlots follow.
+}
+
+static REGION: AtomicPtr<Region> = AtomicPtr::new(std::ptr::null_mut());
+
+fn capacity_setting() -> usize {
+    guc::LIOS_QUEUE_SIZE.get().max(0) as usize
+}
+
+fn region_bytes(capacity: usize) -> usize {
+    std::mem::size_of::<Region>() + capacity * std::mem::size_of::<TaskSlot>()
+}
+
+/// Requests the queue's memory (shmem-request hook).
+///
+/// # Safety
+/// Only from the shmem-request hook.
+pub unsafe fn request() {
+    let capacity = capacity_setting();
+    if capacity > 0 {
+        // SAFETY: the caller is the shmem-request hook.
+        unsafe { pg_sys::RequestAddinShmemSpace(region_bytes(capacity)) };
+    }
+}
+
+/// Creates the queue, empty (startup hook; after a crash-restart the tasks are gone).
+///
+/// # Safety
+/// Only from the shmem startup hook while holding AddinShmemInitLock.
+pub unsafe fn init_shared() {
+    let capacity = capacity_setting();
+    if capacity == 0 {
+        return;
+    }
+    let mut found = false;
+    // SAFETY: requested with the same (postmaster) setting; the caller holds
+    // AddinShmemInitLock. ShmemInitStruct returns cache-line aligned memory.
+    let region =
+        unsafe { pg_sys::ShmemInitStruct(SHMEM_NAME.as_ptr(), region_bytes(capacity), &mut found) }
+            as *mut Region;
+    if !found {
+        // SAFETY: fresh memory of region_bytes(capacity); nobody else uses it yet. The slots
+        // follow the header at its size, which keeps their 8-byte alignment.
+        unsafe {
+            region.write(Region {
+                header: QueueHeader::new(),
+                counters: [const { AtomicU64::new(0) }; COUNTS.len()],
+                capacity: capacity as u64,
+            });
+            let slots = region.add(1) as *mut TaskSlot;
+            for i in 0..capacity {
+                slots.add(i).write(TaskSlot::new());
+            }
+        }
+        queue_of(region).expect("just made").0.reset();
+    }
+    REGION.store(region, Ordering::Release);
+}
+
+fn queue_of(region: *mut Region) -> Option<(TaskQueue<'static>, &'static Region)> {
+    // SAFETY: REGION is set only to the block init_shared formatted, which lives as long as
+    // the postmaster's shared memory; `capacity` slots follow the header.
+    unsafe {
+        let r = region.as_ref()?;
+        let slots =
+            std::slice::from_raw_parts(region.add(1) as *const TaskSlot, r.capacity as usize);
+        Some((TaskQueue::new(&r.header, slots), r))
+    }
+}
+
+fn queue() -> Option<(TaskQueue<'static>, &'static Region)> {
+    queue_of(REGION.load(Ordering::Acquire))
+}
+
+pub fn count(what: Count, n: u64) {
+    if let Some((_, region)) = queue() {
+        let i = COUNTS.iter().position(|c| c.0 == what).expect("listed");
+        region.counters[i].fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+/// The tag of `index`'s tasks: its NAVIS-Cache tag (never 0, which marks a forgotten task).
+pub fn tag_of(index: pg_sys::Relation, build_id: u64) -> u64 {
+    // SAFETY: an open relation's rd_node.
+    let node = unsafe { (*index).rd_node };
+    crate::open::cache_tag(
+        node.spcNode.to_u32(),
+        node.dbNode.to_u32(),
+        node.relNode.to_u32(),
+        build_id,
+    )
+    .max(1)
+}
+
+/// On a primary with a queue and `navis.lios = on`: runs `f` with a sink for `index`'s
+/// back-edges; otherwise `f(None)`.
+pub fn with_insert_sink<R>(
+    index: pg_sys::Relation,
+    open: &OpenIndex,
+    f: impl FnOnce(Option<&QueueSink<'_, '_>>) -> R,
+) -> R {
+    // SAFETY: reads shared recovery state.
+    let standby = unsafe { pg_sys::RecoveryInProgress() };
+    match queue() {
+        Some((queue, _)) if guc::LIOS.get() && !standby => {
+            let sink = QueueSink {
+                queue: &queue,
+                tag: tag_of(index, open.build_id),
+            };
+            f(Some(&sink))
+        }
+        _ => f(None),
+    }
+}
+
+/// Forgets a dropped index's tasks.
+pub fn forget(tag: u64) {
+    if let Some((queue, _)) = queue() {
+        queue.forget(tag.max(1));
+    }
+}
+
+/// Takes up to `max` of the index's tasks among the first `scan` queued and runs them;
+/// returns how many it took. An engine error loses the tasks taken (counted as failed):
+/// VACUUM's reconnect restores what they would have linked.
+fn run_tasks(open: &OpenIndex, tag: u64, max: usize, scan: usize, who: Count) -> usize {
+    let Some((queue, _)) = queue() else {
+        return 0;
+    };
+    let mut tasks: Vec<Task> = Vec::new();
+    queue.pop_for(tag, max, scan, &mut tasks);
+    let edges: Vec<BackEdge> = tasks
+        .iter()
+        .filter_map(|t| match t.kind {
+            TaskKind::BackEdge { to } => Some(BackEdge {
+                vertex: t.vertex,
+                to,
+            }),
+            TaskKind::Repair => None, // not queued yet (consolidation still repairs inline)
+        })
+        .collect();
+    if edges.is_empty() {
+        return tasks.len();
+    }
+    let locks = open.locks();
+    match open.index.run_back_edges(&locks, &edges) {
+        Ok(report) => {
+            count(who, report.done);
+            count(Count::Dropped, report.dropped);
+        }
+        Err(e) => {
+            count(Count::Failed, edges.len() as u64);
+            pgrx::debug1!("navis: LIOS tasks failed and were dropped: {e}");
+        }
+    }
+    tasks.len()
+}
+
+/// VACUUM: runs every queued task of the index (before it frees vertices or reconnects).
+pub fn drain(index: pg_sys::Relation, open: &OpenIndex) {
+    // SAFETY: reads shared recovery state.
+    if unsafe { pg_sys::RecoveryInProgress() } {
+        return;
+    }
+    let Some((queue, _)) = queue() else {
+        return;
+    };
+    let tag = tag_of(index, open.build_id);
+    while run_tasks(open, tag, 64, queue.capacity(), Count::RunByVacuum) > 0 {
+        pgrx::check_for_interrupts!();
+    }
+}
+
+/// This backend's budgets and tuner, kept across scans.
+struct Pacing {
+    theta: f64,
+    budgets: IdleBudgets,
+    tuner: UtilisationTuner,
+    /// Running mean of one task's cost, in microseconds.
+    task_us: f64,
+}
+
+thread_local! {
+    static PACING: RefCell<Option<Pacing>> = const { RefCell::new(None) };
+}
+
+fn with_pacing<R>(f: impl FnOnce(&mut Pacing) -> R) -> R {
+    let theta = guc::LIOS_LATENCY_BUDGET.get();
+    PACING.with(|p| {
+        let mut p = p.borrow_mut();
+        let pacing = p.get_or_insert_with(|| Pacing {
+            theta,
+            budgets: IdleBudgets::new(theta),
+            tuner: UtilisationTuner::new(theta),
+            task_us: 0.0,
+        });
+        if pacing.theta != theta {
+            pacing.theta = theta;
+            pacing.budgets.set_theta(theta);
+            pacing.tuner = UtilisationTuner::new(theta);
+        }
+        f(pacing)
+    })
+}
+
+/// A finished search's latency (its first pass), for the utilisation tuner.
+pub fn record_search(latency: Duration) {
+    with_pacing(|p| p.tuner.record_search(latency.as_secs_f64() * 1e6));
+}
+
+/// The stall work of one scan: its own index's tasks, within the budget.
+pub struct SearchStalls<'a> {
+    open: &'a OpenIndex,
+    tag: u64,
+    /// Tasks ran in the current stall.
+    worked: bool,
+}
+
+impl<'a> SearchStalls<'a> {
+    /// Stall work for a scan of `index`, or `None` when LIOS is off, there is no queue, or
+    /// this is a hot standby.
+    pub fn new(index: pg_sys::Relation, open: &'a OpenIndex) -> Option<SearchStalls<'a>> {
+        // SAFETY: reads shared recovery state.
+        let standby = unsafe { pg_sys::RecoveryInProgress() };
+        if !guc::LIOS.get() || standby {
+            return None;
+        }
+        queue()?;
+        Some(SearchStalls {
+            open,
+            tag: tag_of(index, open.build_id),
+            worked: false,
+        })
+    }
+}
+
+impl StallWork for SearchStalls<'_> {
+    fn stalled(&mut self, in_flight: usize) {
+        self.worked = false;
+        let budget_us = with_pacing(|p| p.budgets.budget(in_flight) * p.tuner.ratio());
+        if budget_us <= 0.0 {
+            return;
+        }
+        let started = Instant::now();
+        let mut ran = 0usize;
+        loop {
+            let spent = started.elapsed().as_secs_f64() * 1e6;
+            let task_us = with_pacing(|p| p.task_us);
+            // At least one task per stall with a budget, to learn what a task costs.
+            let room = if ran == 0 && task_us == 0.0 {
+                1
+            } else {
+                ((budget_us - spent) / task_us.max(1.0)).floor() as usize
+            };
+            if room == 0 {
+                break;
+            }
+            let took = run_tasks(
+                self.open,
+                self.tag,
+                room.min(MAX_TASKS_PER_STALL),
+                SCAN_SLOTS,
+                Count::RunBySearches,
+            );
+            if took == 0 {
+                break;
+            }
+            ran += took;
+            if ran >= MAX_TASKS_PER_STALL {
+                break;
+            }
+        }
+        if ran > 0 {
+            self.worked = true;
+            let elapsed = started.elapsed().as_secs_f64() * 1e6;
+            with_pacing(|p| {
+                let per_task = elapsed / ran as f64;
+                p.task_us = if p.task_us == 0.0 {
+                    per_task
+                } else {
+                    0.9 * p.task_us + 0.1 * per_task
+                };
+            });
+            count(Count::StallsWorked, 1);
+            count(Count::WorkMicros, elapsed as u64);
+        }
+    }
+
+    fn completed(&mut self, in_flight: usize, since_submit: Duration, worked: Duration) {
+        count(Count::Stalls, 1);
+        if !self.worked {
+            with_pacing(|p| {
+                p.budgets
+                    .record(in_flight, since_submit.as_secs_f64() * 1e6)
+            });
+        } else if since_submit.saturating_sub(worked) < Duration::from_micros(2) {
+            // The reads were in before the work ended: the wait after it was (nearly) nil.
+            count(Count::Overruns, 1);
+        }
+        self.worked = false;
+    }
+}
+
+/// The queue's length and capacity and the server's counters, one row each.
+#[pg_extern(volatile, parallel_safe)]
+fn navis_lios_stats() -> TableIterator<'static, (name!(name, String), name!(value, f64))> {
+    let mut rows: Vec<(String, f64)> = Vec::new();
+    if let Some((queue, region)) = queue() {
+        rows.push(("queue_length".into(), queue.len() as f64));
+        rows.push(("queue_capacity".into(), queue.capacity() as f64));
+        for (i, (_, name)) in COUNTS.iter().enumerate() {
+            rows.push((
+                name.to_string(),
+                region.counters[i].load(Ordering::Relaxed) as f64,
+            ));
+        }
+    }
+    with_pacing(|p| {
+        rows.push(("backend_utilisation_ratio".into(), p.tuner.ratio()));
+        rows.push(("backend_baseline_latency_us".into(), p.tuner.baseline()));
+        rows.push(("backend_task_us".into(), p.task_us));
+        for in_flight in 1..=navis_engine::lios::budget::BUCKETS {
+            rows.push((
+                format!("backend_budget_us_{in_flight}_reads"),
+                p.budgets.budget(in_flight),
+            ));
+        }
+    });
+    TableIterator::new(rows)
+}
+
+pgrx::extension_sql!(
+    r#"
+CREATE VIEW navis_lios_stats AS SELECT s.name, s.value FROM navis_lios_stats() s;
+COMMENT ON VIEW navis_lios_stats IS
+    'LIOS: deferred back-edge tasks queued and run (by searches, inserters, VACUUM), stalls used, budget overruns; backend_* rows are this session''s pacing';
+GRANT SELECT ON navis_lios_stats TO PUBLIC;
+"#,
+    name = "navis_lios_stats_view",
+    requires = [navis_lios_stats]
+);
