@@ -9,6 +9,7 @@ index's own counters (navis_index_counters).
                [--system navis|pgvector] [--hnsw-m 16] [--hnsw-ef-construction 64]
                [--ef-search N] [--search-list N] [--coltype real|vector] [--window]
                [--recall-every 1] [--sample-interval 0.5]
+               [--set NAME=VALUE ...] [--baseline-seconds S]
 
 1. loads the first BASE rows of base.fbin (ids = row numbers) and builds the index: navis on a
    real[] column (or vector(dim) with --coltype vector), or with --system pgvector `USING hnsw
@@ -29,6 +30,11 @@ index's own counters (navis_index_counters).
 and with the searchers still running, deletes the BATCH oldest rows present and runs VACUUM on the
 table (as autovacuum would, concurrently with the searches); the row reports the delete and VACUUM
 times, rows/s stays rows over the insert time, search q/s and latencies cover the whole batch.
+
+--set NAME=VALUE (repeatable) sets a setting in every session (writers, searchers, recall), e.g.
+--set navis.lios=on. --baseline-seconds S first runs the searchers alone for S seconds (no
+inserts) and reports their mean, P50 and P99 latency: the no-update baseline LIOS is held to. With
+navis, the server's navis_lios_stats before and after the run are reported when the view exists.
 
 --json writes every per-batch row, the final numbers, the settings and the memory regime, plus a
 timeline sampled every --sample-interval seconds of (t, rows inserted so far, searches so far,
@@ -88,15 +94,47 @@ def hit_rate(d, caller):
     return hits / lookups if lookups else None
 
 
+def session_settings(args):
+    """SET statements from --set NAME=VALUE."""
+    out = []
+    for item in args.set or []:
+        name, _, value = item.partition("=")
+        out.append(f"SET {name} = '{value}'")
+    return out
+
+
 def search_settings(args):
     if args.system == "pgvector":
-        return [f"SET hnsw.ef_search = {args.ef_search}"] if args.ef_search else []
-    return [f"SET navis.search_list = {args.search_list}"] if args.search_list else []
+        own = [f"SET hnsw.ef_search = {args.ef_search}"] if args.ef_search else []
+    else:
+        own = [f"SET navis.search_list = {args.search_list}"] if args.search_list else []
+    return own + session_settings(args)
+
+
+def lios_stats(conn):
+    """navis_lios_stats as a dict, or {} when the view does not exist."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT to_regclass('navis_lios_stats') IS NOT NULL")
+        if not cur.fetchone()[0]:
+            return {}
+        cur.execute("SELECT name, value FROM navis_lios_stats WHERE name NOT LIKE 'backend_%'")
+        return dict(cur.fetchall())
+
+
+def latency_summary(lat):
+    """mean, P50, P99 in ms of latencies in seconds."""
+    if not lat:
+        return {"mean_ms": None, "p50_ms": None, "p99_ms": None, "n": 0}
+    lat = sorted(lat)
+    return {"mean_ms": 1000 * sum(lat) / len(lat), "p50_ms": pct(lat, 0.5),
+            "p99_ms": pct(lat, 0.99), "n": len(lat)}
 
 
 def insert_rows(args, table, base, ids, progress):
     conn = connect(args)
     with conn.cursor() as cur:
+        for setting in session_settings(args):
+            cur.execute(setting)
         for start in range(0, len(ids), 100):
             part = ids[start:start + 100]
             vals = encode_params(base[part[0]:part[-1] + 1], args.coltype)
@@ -198,6 +236,10 @@ def main():
     p.add_argument("--reuse", action="store_true",
                    help="keep the table and index an earlier run with --insert 0 left (BASE rows): "
                         "for regime b, build outside the memory limit, restart the server inside it")
+    p.add_argument("--set", action="append", metavar="NAME=VALUE",
+                   help="a setting for every session, e.g. navis.lios=on")
+    p.add_argument("--baseline-seconds", type=float, default=0.0,
+                   help="run the searchers alone this long first (the no-update baseline)")
     p.add_argument("--json")
     args = resolve_system_args(p.parse_args())
     navis = args.system == "navis"
@@ -231,6 +273,24 @@ def main():
     print(f"{args.system}: built {built['sql']} over {args.base} rows in {built['build_s']:.1f} s; "
           f"{setting}; regime {memory['regime']}" + ("; sliding window" if args.window else ""))
     print()
+    baseline = None
+    if args.baseline_seconds > 0:
+        stop, done = threading.Event(), []
+        searchers = [threading.Thread(target=search_loop,
+                                      args=(args, table, enc, stop, done, Progress()))
+                     for _ in range(args.searchers)]
+        for t in searchers:
+            t.start()
+        time.sleep(args.baseline_seconds)
+        stop.set()
+        for t in searchers:
+            t.join()
+        baseline = latency_summary([x for d in done for x in d])
+        baseline["qps"] = baseline["n"] / args.baseline_seconds
+        print(f"no-update baseline ({args.baseline_seconds:.0f} s, {args.searchers} searchers): "
+              f"{baseline['qps']:.0f} q/s, mean {baseline['mean_ms']:.2f} ms, "
+              f"P50 {baseline['p50_ms']:.2f} ms, P99 {baseline['p99_ms']:.2f} ms")
+        print()
     head = "| batch | rows | rows/s | search q/s | search P50 ms | search P99 ms "
     sep = "|---|---|---|---|---|---"
     if navis:
@@ -245,7 +305,10 @@ def main():
     print(head)
     print(sep)
 
+    lios_before = lios_stats(conn) if navis else {}
+
     batches = []
+    all_latencies = []
     progress = Progress()
     timeline = []
     t_start = time.perf_counter()
@@ -291,6 +354,7 @@ def main():
             for t in searchers:
                 t.join()
             lat = sorted(x for d in done for x in d)
+            all_latencies.extend(lat)
             row = {"batch": b + 1, "rows": args.batch, "rows_per_s": args.batch / secs,
                    "insert_s": secs, "batch_s": wall, "t_start": t0 - t_start,
                    "t_end": time.perf_counter() - t_start,
@@ -359,7 +423,21 @@ def main():
                                      "recall", "pages_read", "pages_written", "lists_written",
                                      "edge_device_reads_per_insert", "edge_device_reads_per_query",
                                      "cache_search_hit_rate", "cache_insert_hit_rate")}
+    during = latency_summary(all_latencies)
+    lios_after = lios_stats(conn) if navis else {}
+    lios = {k: lios_after[k] - lios_before.get(k, 0) for k in lios_after}
+    for k in ("queue_length", "queue_capacity"):
+        if k in lios_after:
+            lios[k] = lios_after[k]
     print()
+    if during["n"]:
+        print(f"searches during the inserts: mean {during['mean_ms']:.2f} ms, "
+              f"P50 {during['p50_ms']:.2f} ms, P99 {during['p99_ms']:.2f} ms"
+              + (f" (baseline mean {baseline['mean_ms']:.2f} ms: "
+                 f"{during['mean_ms'] / baseline['mean_ms']:.3f}x)" if baseline else ""))
+    if lios:
+        print("navis_lios_stats over the run (VACUUM included): "
+              + ", ".join(f"{k} {v:.0f}" for k, v in lios.items()))
     print(f"averages over {len(batches)} batches: {averages['rows_per_s'] or 0:.0f} rows/s, "
           f"{averages['search_qps'] or 0:.0f} search q/s, P50 {averages['search_p50_ms'] or 0:.2f} ms, "
           f"P99 {averages['search_p99_ms'] or 0:.2f} ms"
@@ -381,7 +459,8 @@ def main():
                        "verify": list(verify) if verify else None, "recall": r,
                        "rows_present": present, "final_vacuum_s": final_vacuum_s,
                        "index_main_bytes": index_main_bytes, "table_bytes": table_bytes,
-                       "edge_pages": edge_pages}, f, indent=1, default=str)
+                       "edge_pages": edge_pages, "baseline": baseline,
+                       "search_during_inserts": during, "lios": lios}, f, indent=1, default=str)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ use super::manifest::Manifest;
 use super::state::SharedState;
 use super::vector_file::{VectorLayout, VECTOR_FILE_HEADER_SIZE};
 use super::{names, PAGE_SIZE};
+use crate::cache::Caller;
 use crate::VertexId;
 use memmap2::{MmapOptions, MmapRaw};
 use std::fs::File;
@@ -359,9 +360,19 @@ impl IndexFiles {
         Ok(std::borrow::Cow::Owned(page))
     }
 
-    /// Reads and verifies one edge page (4 KiB in side files, 8 KiB in a relation) with a
-    /// plain read. For tools, tests and cold paths; traversal reads in batches.
+    /// Reads and verifies one edge page (4 KiB in side files, 8 KiB in a relation): from
+    /// NAVIS-Cache when it holds the page, else with a plain read (not admitted). Writers
+    /// read lists this way (inserts' re-reads, absorption, LIOS tasks, VACUUM); traversal
+    /// reads in batches. A cached frame equals the page on disk: every write goes through
+    /// to the cache before anything points at it (`update::write`).
     pub fn read_edge_page(&self, page_no: u32, page: &mut [u8]) -> Result<(), StorageError> {
+        if let Some(binding) = self.page_cache() {
+            if binding.cache.frame_size() == page.len()
+                && binding.cache.lookup(binding.key(page_no), Caller::Insert, page)
+            {
+                return Ok(());
+            }
+        }
         self.bulk.read_edge_page(&self.edge_layout, page_no, page)
     }
 
