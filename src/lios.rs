@@ -32,6 +32,8 @@ const SHMEM_NAME: &CStr = c"navis lios queue";
 
 /// Tasks one run of a search takes at most (one page group of lists).
 const MAX_TASKS_PER_STALL: usize = 8;
+/// A stall with a budget runs one task to re-measure the cost after this many ran none.
+const REMEASURE_EVERY: u64 = 64;
 /// Queue slots a search looks through for its own index's tasks.
 const SCAN_SLOTS: usize = 512;
 
@@ -248,6 +250,8 @@ struct Pacing {
     tuner: UtilisationTuner,
     /// Running mean of one task's cost, in microseconds.
     task_us: f64,
+    /// Stalls with a budget since one last ran a task.
+    stalls_skipped: u64,
 }
 
 thread_local! {
@@ -263,6 +267,7 @@ fn with_pacing<R>(f: impl FnOnce(&mut Pacing) -> R) -> R {
             budgets: IdleBudgets::new(theta),
             tuner: UtilisationTuner::new(theta),
             task_us: 0.0,
+            stalls_skipped: 0,
         });
         if pacing.theta != theta {
             pacing.theta = theta;
@@ -311,13 +316,19 @@ impl StallWork for SearchStalls<'_> {
         if budget_us <= 0.0 {
             return;
         }
+        let probe = with_pacing(|p| {
+            p.stalls_skipped += 1;
+            p.stalls_skipped % REMEASURE_EVERY == 0
+        });
         let started = Instant::now();
         let mut ran = 0usize;
         loop {
             let spent = started.elapsed().as_secs_f64() * 1e6;
             let task_us = with_pacing(|p| p.task_us);
-            // At least one task per stall with a budget, to learn what a task costs.
-            let room = if ran == 0 && task_us == 0.0 {
+            // One task to learn what a task costs: at the first stall with a budget, and
+            // now and then when the estimate keeps every task out (one cold task, its lists
+            // read from the device, must not shut the stalls for good).
+            let room = if ran == 0 && (task_us == 0.0 || probe) {
                 1
             } else {
                 ((budget_us - spent) / task_us.max(1.0)).floor() as usize
@@ -341,14 +352,18 @@ impl StallWork for SearchStalls<'_> {
             }
         }
         if ran > 0 {
+            with_pacing(|p| p.stalls_skipped = 0);
             self.worked = true;
             let elapsed = started.elapsed().as_secs_f64() * 1e6;
             with_pacing(|p| {
                 let per_task = elapsed / ran as f64;
+                // Down fast, up slowly: one task that read its lists from the device says
+                // little about the next, whose lists are likely cached.
+                let weight = if per_task < p.task_us { 0.5 } else { 0.1 };
                 p.task_us = if p.task_us == 0.0 {
                     per_task
                 } else {
-                    0.9 * p.task_us + 0.1 * per_task
+                    (1.0 - weight) * p.task_us + weight * per_task
                 };
             });
             count(Count::StallsWorked, 1);

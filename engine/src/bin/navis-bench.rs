@@ -14,7 +14,7 @@
 //!                        [--limit-queries N]
 //! navis-bench insert --index DIR --base X.fbin [--from N] [--to M] [--casr auto|off|W]
 //!                    [--casr-percentile 90] [--warmup 1000] [--insert-list 100] [--threads N]
-//!                    [--queries Q.fbin --gt GT.bin [--k 10] [--lists 20,40,80]]
+//!                    [--defer-back-edges] [--queries Q.fbin --gt GT.bin [--k 10] [--lists 20,40,80]]
 //! navis-bench cache-replay --trace DIR --cache-mb N[,N...] [--configs navis,lru,navis:random,navis:s4:w0.2]
 //! navis-bench distances [--iters N]
 //! ```
@@ -514,6 +514,17 @@ fn run_queries(
 /// then, with `--queries`/`--gt` (ground truth over all rows), the recall of searches that
 /// rerank everything, so two runs differing only in `--casr` compare the graphs the inserts
 /// built. The index directory is changed in place: copy it first to compare settings.
+/// The back-edges of `insert --defer-back-edges`, kept until the inserts are done.
+#[derive(Default)]
+struct DeferredEdges(std::sync::Mutex<Vec<navis_engine::update::BackEdge>>);
+
+impl navis_engine::update::BackEdgeSink for DeferredEdges {
+    fn defer(&self, edge: navis_engine::update::BackEdge) -> bool {
+        self.0.lock().expect("deferred").push(edge);
+        true
+    }
+}
+
 fn cmd_insert(a: &Args) -> Result<()> {
     use navis_engine::update::{recover, InsertParams, LocalLocks};
     use std::sync::atomic::{AtomicUsize, Ordering};
@@ -540,6 +551,10 @@ fn cmd_insert(a: &Args) -> Result<()> {
     let percentile: f64 = a.num("casr-percentile", casr::INSERT_PERCENTILE)?;
     let warmup: usize = a.num("warmup", 1000)?;
     let threads: usize = a.num("threads", 1)?;
+    // LIOS: the inserts leave all but the nearest neighbour's back-edge to a queue, run after
+    // them and timed apart, which splits an insert's time into what LIOS defers and the rest.
+    let defer = a.flag("defer-back-edges");
+    let deferred = DeferredEdges::default();
     let params = InsertParams {
         list: a.num("insert-list", InsertParams::default().list)?,
         ..InsertParams::default()
@@ -575,9 +590,12 @@ fn cmd_insert(a: &Args) -> Result<()> {
                             casr_window: window,
                             ..params
                         };
-                        let r = index
-                            .insert(&mut reader, &locks, v, tid, p)
-                            .map_err(|e| format!("row {row}: {e}"))?;
+                        let r = if defer {
+                            index.insert_deferring(&mut reader, &locks, v, tid, p, &deferred)
+                        } else {
+                            index.insert(&mut reader, &locks, v, tid, p)
+                        }
+                        .map_err(|e| format!("row {row}: {e}"))?;
                         let calibrating = matches!(casr, CasrSetting::Auto) && window.is_none();
                         if let (true, Some(w)) = (calibrating, r.calibration_sample) {
                             calibrator.lock().expect("calibrator").record_window(w);
@@ -597,6 +615,25 @@ fn cmd_insert(a: &Args) -> Result<()> {
         Ok(())
     })?;
     let elapsed = started.elapsed();
+    if defer {
+        let tasks = deferred.0.into_inner().expect("deferred");
+        let ran = Instant::now();
+        let report = index
+            .run_back_edges(&locks, &tasks)
+            .map_err(|e| e.to_string())?;
+        let tasks_s = ran.elapsed().as_secs_f64();
+        println!(
+            "deferred back-edges: {} tasks run after the inserts in {tasks_s:.2} s ({:.0} us a task, \
+             {} lists written, {} pruned); the inserts took {:.2} s: the deferred work is {:.1}% \
+             of inserts + tasks\n",
+            tasks.len(),
+            tasks_s * 1e6 / tasks.len().max(1) as f64,
+            report.lists_written,
+            report.pruned,
+            elapsed.as_secs_f64(),
+            100.0 * tasks_s / (tasks_s + elapsed.as_secs_f64())
+        );
+    }
     let reports = reports.into_inner().expect("reports");
     let window = calibrator.into_inner().expect("calibrator").window();
     println!(

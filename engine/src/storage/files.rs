@@ -368,7 +368,9 @@ impl IndexFiles {
     pub fn read_edge_page(&self, page_no: u32, page: &mut [u8]) -> Result<(), StorageError> {
         if let Some(binding) = self.page_cache() {
             if binding.cache.frame_size() == page.len()
-                && binding.cache.lookup(binding.key(page_no), Caller::Insert, page)
+                && binding
+                    .cache
+                    .lookup(binding.key(page_no), Caller::Insert, page)
             {
                 return Ok(());
             }
