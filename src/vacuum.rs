@@ -114,6 +114,9 @@ pub unsafe extern "C-unwind" fn amvacuumcleanup(
     // Queued back-edges first: they name vertices consolidation may free, and they are
     // links the reconnect pass would otherwise make up for.
     crate::lios::drain(index, &open);
+    // With LIOS on, queued back-edges lost in a shutdown or crash are given back too.
+    open.index
+        .set_restore_lost_back_edges(crate::guc::LIOS.get());
     let threshold = BuildOptions::of_index(index).consolidate_threshold;
     let locks = open.locks();
     let context = || {

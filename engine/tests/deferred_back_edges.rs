@@ -386,6 +386,8 @@ fn vacuum_restores_the_back_edges_a_crash_lost() {
     let inline_edges = inline.verify().unwrap().edges;
     let lost_edges = crashed.verify().unwrap().edges;
 
+    inline.set_restore_lost_back_edges(true);
+    crashed.set_restore_lost_back_edges(true);
     let inline_vacuum = inline.reconnect(&locks, &|| false).unwrap().unwrap();
     let vacuum = crashed.reconnect(&locks, &|| false).unwrap().unwrap();
     let (a, b) = (inline.verify().unwrap(), crashed.verify().unwrap());

@@ -87,7 +87,8 @@ fn reinsert(layout: Layout) -> Outcome {
     let recall_inserted = f.recall(&data, 0..s.n, queries);
     f.vacuum();
     let after_vacuum = f.size();
-    assert!(f.index.verify().unwrap().is_clean());
+    let report = f.index.verify().unwrap();
+    assert!(report.is_clean(), "{report:?}");
     let recall_after = f.recall(&data, 0..s.n, queries);
     Outcome {
         first,
@@ -138,7 +139,8 @@ fn grow(layout: Layout) -> Outcome {
     if layout == Layout::Side {
         eprintln!("grown: {}", space_common::dir_listing(&f.dir));
     }
-    assert!(f.index.verify().unwrap().is_clean());
+    let report = f.index.verify().unwrap();
+    assert!(report.is_clean(), "{report:?}");
     let recall_after = f.recall(&data, 0..s.n, queries);
     Outcome {
         first,

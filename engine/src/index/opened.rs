@@ -45,6 +45,9 @@ pub struct Index {
     pub(super) calibrator: Mutex<WindowCalibrator>,
     /// The log of a relation index (`Index::log`).
     log: std::sync::OnceLock<Arc<dyn IndexLog>>,
+    /// VACUUM's reconnect pass restores back-edges lost with LIOS's queue
+    /// ([`Index::set_restore_lost_back_edges`]).
+    restore_lost_back_edges: AtomicBool,
 }
 
 impl Index {
@@ -89,6 +92,7 @@ impl Index {
             entrance_checked: AtomicU64::new(epoch),
             calibrator: Mutex::new(WindowCalibrator::for_search()),
             log: std::sync::OnceLock::new(),
+            restore_lost_back_edges: AtomicBool::new(false),
         })
     }
 
@@ -172,6 +176,19 @@ impl Index {
     }
 
     /// Published and not lazily deleted.
+    /// Whether VACUUM's reconnect and consolidation first give vertices left with few
+    /// in-edges their back-edges again (`update::back_edges`): for indexes whose inserts
+    /// deferred back-edges (LIOS), whose queued tasks a shutdown or crash loses. Off by
+    /// default: on an index whose inserts wrote their back-edges the pass finds little to
+    /// gain and rewrites pages for it.
+    pub fn set_restore_lost_back_edges(&self, on: bool) {
+        self.restore_lost_back_edges.store(on, Ordering::Relaxed);
+    }
+
+    pub(crate) fn restores_lost_back_edges(&self) -> bool {
+        self.restore_lost_back_edges.load(Ordering::Relaxed)
+    }
+
     pub fn is_live_undeleted(&self, v: VertexId) -> bool {
         self.files
             .indirection()

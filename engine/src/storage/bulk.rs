@@ -154,7 +154,12 @@ impl Bulk {
                     .len();
                 Ok((len / PAGE_SIZE as u64) as u32)
             }
-            Bulk::Relation(r) => Ok(r.map().capacity(PageKind::Edge)),
+            // The map as it is now: this copy may predate pages another writer (or this
+            // one, through its log) added since, and nothing may have read them yet.
+            Bulk::Relation(r) => {
+                r.refresh()?;
+                Ok(r.map().capacity(PageKind::Edge))
+            }
         }
     }
 

@@ -248,13 +248,15 @@ impl Index {
         }
         state.count(Counter::VerticesFreed, report.vertices_freed);
 
-        // 4. Compact sparse pages (`compact` module).
+        // 4. Back-edges a crash lost (`back_edges` module), then compact sparse pages
+        // (`compact` module), which also packs the pages the first wrote.
+        let adjacency = self.restore_lost_back_edges(log, locks, cancel, &mut report)?;
         self.compact(log, locks, cancel, &mut report)?;
 
         // 5. Vertices whose every path from the entry points ran through deleted vertices
         // (and that the repairs did not reconnect) are linked from their nearest reachable
         // vertex, as an insert would link them.
-        self.reconnect_unreachable(log, locks, cancel, &mut report)?;
+        self.reconnect_unreachable(log, locks, cancel, &mut report, adjacency)?;
         state.count(Counter::OrphansLinked, report.orphans_linked);
         state.count(Counter::ListsCompacted, report.lists_compacted);
         state.count(Counter::Consolidations, 1);
@@ -309,12 +311,13 @@ impl Index {
         let log = self.log()?;
         let log: &dyn IndexLog = &*log;
         let mut report = ConsolidateReport::default();
+        let adjacency = self.restore_lost_back_edges(log, locks, cancel, &mut report)?;
         // Inserts' pages that absorption could not keep dense (`compact` module).
         if self.edge_pages_sparse() {
             self.compact(log, locks, cancel, &mut report)?;
             state.count(Counter::ListsCompacted, report.lists_compacted);
         }
-        self.reconnect_unreachable(log, locks, cancel, &mut report)?;
+        self.reconnect_unreachable(log, locks, cancel, &mut report, adjacency)?;
         state.count(Counter::OrphansLinked, report.orphans_linked);
         state.set_counter(Counter::InsertsAtLastReconnect, inserts);
         report.free_pages_after = state.get(Field::FreePageCount) as u64;
@@ -330,17 +333,10 @@ impl Index {
         locks: &dyn WriteLocks,
         cancel: &dyn Fn() -> bool,
         report: &mut ConsolidateReport,
+        adjacency: Vec<Vec<VertexId>>,
     ) -> Result<(), IndexError> {
         let files = self.files();
         let table = files.indirection();
-        let mut adjacency = self.current_adjacency(cancel, report)?;
-        let restored = self.restore_back_edges(log, locks, &adjacency, cancel)?;
-        if restored.lists_written > 0 {
-            // Re-prunes may have pushed vertices out of lists: walk the lists as they are now.
-            report.back_edges_restored += restored.done;
-            report.pages_written += restored.pages_written;
-            adjacency = self.current_adjacency(cancel, report)?;
-        }
         let n = adjacency.len();
         let mut reached = vec![false; n];
         let starts: Vec<VertexId> = self
@@ -434,6 +430,31 @@ impl Index {
             }
         }
         Ok(())
+    }
+
+    /// With [`Index::set_restore_lost_back_edges`], gives vertices left with few in-edges
+    /// their back-edges again ([`Index::restore_back_edges`]); returns every vertex's
+    /// current list afterwards.
+    /// Compaction moves lists unchanged, so the lists returned stay valid through it.
+    fn restore_lost_back_edges(
+        &self,
+        log: &dyn IndexLog,
+        locks: &dyn WriteLocks,
+        cancel: &dyn Fn() -> bool,
+        report: &mut ConsolidateReport,
+    ) -> Result<Vec<Vec<VertexId>>, IndexError> {
+        let adjacency = self.current_adjacency(cancel, report)?;
+        if !self.restores_lost_back_edges() {
+            return Ok(adjacency);
+        }
+        let restored = self.restore_back_edges(log, locks, &adjacency, cancel)?;
+        if restored.lists_written == 0 {
+            return Ok(adjacency);
+        }
+        report.back_edges_restored += restored.done;
+        report.pages_written += restored.pages_written;
+        // Re-prunes may have pushed vertices out of lists: the lists as they are now.
+        self.current_adjacency(cancel, report)
     }
 
     /// Every vertex's current edge list, from one sequential pass over the edge file.
