@@ -295,9 +295,11 @@ impl<'a> SearchStalls<'a> {
     /// Stall work for a scan of `index`, or `None` when LIOS is off, there is no queue, or
     /// this is a hot standby.
     pub fn new(index: pg_sys::Relation, open: &'a OpenIndex) -> Option<SearchStalls<'a>> {
+        if !guc::LIOS.get() {
+            return None; // every scan asks, per row: the cheapest check first
+        }
         // SAFETY: reads shared recovery state.
-        let standby = unsafe { pg_sys::RecoveryInProgress() };
-        if !guc::LIOS.get() || standby {
+        if unsafe { pg_sys::RecoveryInProgress() } {
             return None;
         }
         queue()?;
