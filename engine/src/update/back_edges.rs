@@ -25,8 +25,9 @@ use crate::index::{Index, IndexError};
 use crate::storage::HeapTid;
 use crate::VertexId;
 
-/// VACUUM gives vertices with fewer in-edges than `max_degree / RESTORE_BELOW_DEGREE_SHARE`
-/// their back-edges again ([`Index::restore_back_edges`]). A vertex whose deferred
+/// A VACUUM that restores lost back-edges gives vertices with fewer in-edges than
+/// `max_degree / RESTORE_BELOW_DEGREE_SHARE` their back-edges again
+/// ([`Index::restore_back_edges`]). A vertex whose deferred
 /// back-edges a crash lost keeps its nearest neighbour's (every insert writes it itself)
 /// and the few later inserts gave it; inserts that ran their back-edges leave in-degrees
 /// near the out-degree.
@@ -160,8 +161,9 @@ impl Index {
     /// Back-edges a crash lost (queued tasks are not durable, RFC 0004 §3): for every live
     /// vertex with few in-edges ([`RESTORE_BELOW_DEGREE_SHARE`]) in `adjacency` (every vertex's
     /// current list), `u -> v` for each out-neighbour `u` that lacks it, which is what its
-    /// insert left to tasks. VACUUM's reconnect pass runs this before it looks for
-    /// unreachable vertices.
+    /// insert left to tasks. VACUUM's reconnect and consolidation run this first, on an index
+    /// told to ([`Index::set_restore_lost_back_edges`]: PostgreSQL's VACUUM with
+    /// `navis.lios = on`).
     pub(super) fn restore_back_edges(
         &self,
         log: &dyn IndexLog,
