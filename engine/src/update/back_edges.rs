@@ -27,7 +27,7 @@ use crate::VertexId;
 
 /// A VACUUM that restores lost back-edges gives vertices with fewer in-edges than
 /// `max_degree / RESTORE_BELOW_DEGREE_SHARE` their back-edges again
-/// ([`Index::restore_back_edges`]). A vertex whose deferred
+/// (`Index::restore_back_edges`). A vertex whose deferred
 /// back-edges a crash lost keeps its nearest neighbour's (every insert writes it itself)
 /// and the few later inserts gave it; inserts that ran their back-edges leave in-degrees
 /// near the out-degree.
