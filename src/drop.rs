@@ -35,16 +35,8 @@ fn navis_cache_tag(oid: pg_sys::Oid) -> Option<u64> {
         }
         let is_navis = (*(*rel).rd_rel).relkind == pg_sys::RELKIND_INDEX as std::ffi::c_char
             && (*(*rel).rd_rel).relam == am;
-        let node = (*rel).rd_node;
         let tag = if is_navis {
-            crate::open::read_meta(rel).map(|m| {
-                crate::open::cache_tag(
-                    node.spcNode.to_u32(),
-                    node.dbNode.to_u32(),
-                    node.relNode.to_u32(),
-                    m.build_id,
-                )
-            })
+            crate::open::read_meta(rel).map(|m| crate::open::relation_cache_tag(rel, m.build_id))
         } else {
             None
         };

@@ -153,15 +153,7 @@ pub fn count(what: Count, n: u64) {
 
 /// The tag of `index`'s tasks: its NAVIS-Cache tag (never 0, which marks a forgotten task).
 pub fn tag_of(index: pg_sys::Relation, build_id: u64) -> u64 {
-    // SAFETY: an open relation's rd_node.
-    let node = unsafe { (*index).rd_node };
-    crate::open::cache_tag(
-        node.spcNode.to_u32(),
-        node.dbNode.to_u32(),
-        node.relNode.to_u32(),
-        build_id,
-    )
-    .max(1)
+    crate::open::relation_cache_tag(index, build_id).max(1)
 }
 
 /// On a primary with a queue and `navis.lios = on`: runs `f` with a sink for `index`'s

@@ -210,6 +210,20 @@ pub fn cache_tag(spc: u32, db: u32, relfilenode: u32, build_id: u64) -> u64 {
     build_id ^ node.wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(17)
 }
 
+/// [`cache_tag`] of an open index relation with build `build_id`: the identity NAVIS-Cache,
+/// the result cache and LIOS's queue key an index by, so a REINDEX, TRUNCATE or rebuild
+/// starts afresh in each.
+pub fn relation_cache_tag(index: pg_sys::Relation, build_id: u64) -> u64 {
+    // SAFETY: an open relation's rd_node.
+    let node = unsafe { (*index).rd_node };
+    cache_tag(
+        node.spcNode.to_u32(),
+        node.dbNode.to_u32(),
+        node.relNode.to_u32(),
+        build_id,
+    )
+}
+
 /// The engine's metapage (block 0), read through its buffer; `None` for an empty fork or a
 /// block 0 that is not a navis metapage of this layout version.
 pub fn read_meta(index: pg_sys::Relation) -> Option<Meta> {

@@ -157,19 +157,6 @@ impl PartitionLocks for PgCacheLocks {
     }
 }
 
-/// The index's identity in the cache: its NAVIS-Cache tag (tablespace, database,
-/// relfilenode, build id), so a REINDEX, TRUNCATE or rebuild starts with an empty cache.
-pub fn tag_of(index: pg_sys::Relation, build_id: u64) -> u64 {
-    // SAFETY: an open relation's rd_node.
-    let node = unsafe { (*index).rd_node };
-    crate::open::cache_tag(
-        node.spcNode.to_u32(),
-        node.dbNode.to_u32(),
-        node.relNode.to_u32(),
-        build_id,
-    )
-}
-
 /// The index's redo generation on a hot standby (entries of another one never answer: a
 /// standby cannot apply deletes to its cache); 0 on a primary.
 pub fn generation_of(index: pg_sys::Relation) -> u64 {
@@ -187,7 +174,7 @@ fn held_partition(
     build_id: u64,
     metric: Metric,
 ) -> Option<Partition<'static>> {
-    shared()?.find(tag_of(index, build_id), metric)
+    shared()?.find(crate::open::relation_cache_tag(index, build_id), metric)
 }
 
 /// An inserted row reaches the index's cached entries lazily: the insert log, the fast

@@ -129,7 +129,7 @@ pub fn lookup(
     };
     // SAFETY: an open relation's rd_node and rd_id.
     let oids = unsafe { ((*index).rd_node.dbNode.to_u32(), (*index).rd_id.to_u32()) };
-    let tag = result_cache::tag_of(index, open.build_id);
+    let tag = crate::open::relation_cache_tag(index, open.build_id);
     let Some(partition) = cache.claim(&PgCacheLocks, tag, dim, metric, oids) else {
         return Lookup::Miss(None);
     };
