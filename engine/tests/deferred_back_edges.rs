@@ -119,6 +119,13 @@ fn fixture() -> Fixture {
     }
 }
 
+/// The index in `dir`, its allocator state derived, ready for writes.
+fn open(dir: &Path, locks: &LocalLocks) -> Index {
+    let index = Index::open(dir).unwrap();
+    recover(index.files(), locks, 1).unwrap();
+    index
+}
+
 /// Pops up to `n` tasks of the test's index and runs them.
 fn run_queued(index: &Index, locks: &LocalLocks, queue: &TaskQueue<'_>, n: usize) -> u64 {
     let mut tasks = Vec::new();
@@ -145,10 +152,8 @@ fn run_queued(index: &Index, locks: &LocalLocks, queue: &TaskQueue<'_>, n: usize
 fn deferred_back_edges_leave_the_structure_and_recall_of_inline_inserts() {
     let f = fixture();
     let locks = LocalLocks::new(64);
-    let inline = Index::open(&f.inline_dir).unwrap();
-    let deferred = Index::open(&f.deferred_dir).unwrap();
-    recover(inline.files(), &locks, 1).unwrap();
-    recover(deferred.files(), &locks, 1).unwrap();
+    let inline = open(&f.inline_dir, &locks);
+    let deferred = open(&f.deferred_dir, &locks);
 
     let (header, slots) = (
         QueueHeader::new(),
@@ -248,12 +253,13 @@ fn deferred_back_edges_leave_the_structure_and_recall_of_inline_inserts() {
     );
 }
 
-/// A sink that takes nothing: the insert runs every back-edge itself.
-struct Full;
+/// A sink that takes every back-edge (`Takes(true)`: and loses it, as a crash with the queue
+/// full of them does) or none (`Takes(false)`: a full queue, the insert runs them itself).
+struct Takes(bool);
 
-impl BackEdgeSink for Full {
+impl BackEdgeSink for Takes {
     fn defer(&self, _: BackEdge) -> bool {
-        false
+        self.0
     }
 }
 
@@ -261,8 +267,7 @@ impl BackEdgeSink for Full {
 fn a_full_queue_makes_the_insert_write_its_back_edges_itself() {
     let f = fixture();
     let locks = LocalLocks::new(64);
-    let index = Index::open(&f.deferred_dir).unwrap();
-    recover(index.files(), &locks, 1).unwrap();
+    let index = open(&f.deferred_dir, &locks);
     let mut reader = index.reader().unwrap();
     let mut lists = 0;
     for row in BASE..BASE + 300 {
@@ -274,7 +279,7 @@ fn a_full_queue_makes_the_insert_write_its_back_edges_itself() {
                 v,
                 tid(row),
                 InsertParams::default(),
-                &Full,
+                &Takes(false),
             )
             .unwrap();
         assert_eq!(report.back_edges_deferred, 0);
@@ -290,8 +295,7 @@ fn a_full_queue_makes_the_insert_write_its_back_edges_itself() {
 fn tasks_that_lost_their_meaning_are_dropped_and_done_ones_write_nothing() {
     let f = fixture();
     let locks = LocalLocks::new(64);
-    let index = Index::open(&f.deferred_dir).unwrap();
-    recover(index.files(), &locks, 1).unwrap();
+    let index = open(&f.deferred_dir, &locks);
     let u: VertexId = 7;
     let current = list_of(&index, u);
     let already = current[0];
@@ -339,23 +343,12 @@ fn tasks_that_lost_their_meaning_are_dropped_and_done_ones_write_nothing() {
     assert_eq!(index.verify().unwrap().problem_count, 0);
 }
 
-/// A sink that takes every back-edge and loses it: a crash with the queue full of them.
-struct Lost;
-
-impl BackEdgeSink for Lost {
-    fn defer(&self, _: BackEdge) -> bool {
-        true
-    }
-}
-
 #[test]
 fn vacuum_restores_the_back_edges_a_crash_lost() {
     let f = fixture();
     let locks = LocalLocks::new(64);
-    let inline = Index::open(&f.inline_dir).unwrap();
-    let crashed = Index::open(&f.deferred_dir).unwrap();
-    recover(inline.files(), &locks, 1).unwrap();
-    recover(crashed.files(), &locks, 1).unwrap();
+    let inline = open(&f.inline_dir, &locks);
+    let crashed = open(&f.deferred_dir, &locks);
     let mut inline_reader = inline.reader().unwrap();
     let mut crashed_reader = crashed.reader().unwrap();
     for row in BASE..BASE + INSERTED {
@@ -376,7 +369,7 @@ fn vacuum_restores_the_back_edges_a_crash_lost() {
                 v,
                 tid(row),
                 InsertParams::default(),
-                &Lost,
+                &Takes(true),
             )
             .unwrap();
     }
