@@ -351,7 +351,7 @@ pub unsafe extern "C-unwind" fn amgettuple(
         pgrx::check_for_interrupts!();
         let cursor = run.cursor.as_mut().expect("cursor present while running");
         let passes_before = cursor.passes();
-        let started = std::time::Instant::now();
+        let started = guc::LIOS.get().then(std::time::Instant::now);
         // SAFETY: the scan's index relation, open for the whole scan.
         let stalls = crate::lios::SearchStalls::new(unsafe { (*scan).indexRelation }, &open);
         let next = match stalls {
@@ -378,7 +378,7 @@ pub unsafe extern "C-unwind" fn amgettuple(
             &mut run.reported,
         );
         if passes_before == 0 && cursor.passes() > 0 {
-            if guc::LIOS.get() {
+            if let Some(started) = started {
                 crate::lios::record_search(started.elapsed());
             }
             if run.calibrating {
