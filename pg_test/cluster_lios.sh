@@ -1,7 +1,9 @@
 # Cluster tests of LIOS (issue 18, RFC 0004), sourced by run_cluster_tests.sh. They run on a
 # cluster of their own that reads as an index larger than memory does: no NAVIS-Cache and no
 # page-cache probe (NAVIS_PAGE_CACHE=0), so that every search hop waits on O_DIRECT reads and
-# has a stall to fill; and a small queue (4,096 tasks, so that inserts fill it).
+# has a stall to fill; and a small queue (4,096 tasks, so that inserts fill it). The first two
+# run without the background worker (navis.lios_worker = off), which would otherwise drain the
+# queue they inspect; the third is about the worker.
 
 LDIR=/tmp/navis-clustertest-lios
 LPORT=54341
@@ -49,7 +51,7 @@ lios_searches() {
 # stalls, VACUUM runs the rest; the graph ends clean, with the recall of inline inserts.
 test_lios_deferred_back_edges_searches_and_vacuum() {
   NAVIS_PAGE_CACHE=0 cluster_start "$LDIR" "$LPORT" "shared_preload_libraries = 'navis'" "navis.cache_size = 0" \
-    "navis.lios_queue_size = 4096" || { fail lios "cluster did not start"; return; }
+    "navis.lios_queue_size = 4096" "navis.lios_worker = off" || { fail lios "cluster did not start"; return; }
   lsql -c "CREATE EXTENSION navis"
   lsql -c "CREATE TABLE li (id int, v real[])" -c "CREATE TABLE lo (id int, v real[])"
   lios_rows li 1 3000; lios_rows lo 1 3000
@@ -97,7 +99,7 @@ test_lios_deferred_back_edges_searches_and_vacuum() {
 test_lios_full_queue_crash_and_standby() {
   local sdir=/tmp/navis-clustertest-lios-standby sport=54342
   [ -f "$LDIR/data/postmaster.pid" ] || NAVIS_PAGE_CACHE=0 cluster_start "$LDIR" "$LPORT" "shared_preload_libraries = 'navis'" \
-    "navis.cache_size = 0" "navis.lios_queue_size = 4096"
+    "navis.cache_size = 0" "navis.lios_queue_size = 4096" "navis.lios_worker = off"
   lsql -c "CREATE EXTENSION IF NOT EXISTS navis"
   lsql -c "DROP TABLE IF EXISTS lf" -c "CREATE TABLE lf (id int, v real[])"
   lios_rows lf 1 2000
@@ -146,4 +148,100 @@ test_lios_full_queue_crash_and_standby() {
   [ "$s_stats" = "0,0,0" ] || { fail lios_full "standby ran tasks: $s_stats"; cluster_stop "$LDIR"; return; }
   cluster_stop "$LDIR"
   echo "ok       lios_full_queue_crash_and_standby (queue full at $length: inserters ran $by_inserters; after a crash the queue is empty, navis_verify $verify, 3,500 rows; rows not found by their own vector: $lost after the crash, $missing after VACUUM (inline $inline), clean; standby ran no task)"
+}
+
+# Waits up to $1 seconds for the queue to be empty; prints its length.
+lios_wait_empty() {
+  local i length
+  for ((i = 0; i < $1 * 5; i++)); do
+    length=$(lstat queue_length)
+    [ "$length" = 0 ] && break
+    sleep 0.2
+  done
+  echo "$length"
+}
+
+lios_workers_running() {
+  lval "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'navis lios worker'"
+}
+
+# The background worker: started by the first deferring insert, it runs the queue's tasks once
+# no search has run for a while, never while searches run, exits when turned off, and drops
+# the tasks of an index rebuilt by REINDEX (their vertex ids mean nothing any more).
+test_lios_background_worker() {
+  NAVIS_PAGE_CACHE=0 cluster_start "$LDIR" "$LPORT" "shared_preload_libraries = 'navis'" "navis.cache_size = 0" \
+    "navis.lios_queue_size = 4096" || { fail lios_worker "cluster did not start"; return; }
+  lsql -c "CREATE EXTENSION navis"
+  lsql -c "CREATE TABLE lw (id int, v real[])" -c "CREATE TABLE lx (id int, v real[])"
+  lios_rows lw 1 2000; lios_rows lx 1 2000
+  lsql -c "CREATE INDEX lw_v ON lw USING navis (v)" -c "CREATE INDEX lx_v ON lx USING navis (v)"
+  # 1. No search runs: the worker drains what 300 inserts queued.
+  lios_rows lw 2001 2300 on
+  local queued length; queued=$(lstat tasks_queued)
+  length=$(lios_wait_empty 60)
+  local by_worker; by_worker=$(lstat tasks_run_by_worker)
+  [ "$queued" -gt 300 ] && [ "$length" = 0 ] && [ "$by_worker" = "$queued" ] && [ "$(lstat worker_starts)" = 1 ] ||
+    { fail lios_worker "without searches: queued $queued, left $length, run by the worker $by_worker ($(lval "SELECT string_agg(name || '=' || value, ' ') FROM navis_lios_stats"))"; cluster_stop "$LDIR"; return; }
+  [ "$(lios_workers_running)" = 1 ] ||
+    { fail lios_worker "no 'navis lios worker' in pg_stat_activity"; cluster_stop "$LDIR"; return; }
+  # (a vertex an insert's pruning left without in-edges is unreachable until VACUUM
+  # reconnects it, inline or deferred: that count is reported, not asserted)
+  local verify; verify=$(lval "SELECT problems, dangling_edges FROM navis_verify('lw_v')")
+  local unreachable_lw; unreachable_lw=$(lval "SELECT unreachable FROM navis_verify('lw_v')")
+  local missing; missing=$(lval "SET enable_seqscan = off; SELECT count(*) FROM lw o WHERE o.id > 2000
+      AND o.id <> (SELECT id FROM lw ORDER BY v <-> o.v LIMIT 1)" | tail -1)
+  [ "$verify" = "0|0" ] && [ "$missing" = 0 ] ||
+    { fail lios_worker "after the worker: navis_verify $verify, $missing new rows not found by their own vector"; cluster_stop "$LDIR"; return; }
+  # 2. While another session searches (navis.lios off there: it runs no task itself), the
+  # worker leaves the queue alone; once the searches stop, it drains it.
+  local search_log="$LDIR/searches.out"
+  # (jit off: the plan's disabled-seqscan cost would JIT-compile every search, 0.1 s
+  # between index scans in which the worker rightly sees no search running)
+  lsql -c "SET enable_seqscan = off; SET jit = off; DO \$\$ DECLARE q real[]; BEGIN
+      WHILE clock_timestamp() < now() + interval '20 seconds' LOOP
+        SELECT v INTO q FROM lx WHERE id = 1 + (random() * 1999)::int;
+        PERFORM id FROM lx ORDER BY v <-> q LIMIT 10;
+      END LOOP; END \$\$;" >"$search_log" 2>&1 &
+  local searcher=$!
+  sleep 1
+  local before; before=$(lstat tasks_run_by_worker)
+  lios_rows lx 2001 2200 on
+  sleep 0.5
+  local during; during=$(( $(lstat tasks_run_by_worker) - before )); length=$(lstat queue_length)
+  kill -0 "$searcher" 2>/dev/null ||
+    { fail lios_worker "the 20-second search loop ended before the inserts did: $(cat "$search_log")"; cluster_stop "$LDIR"; return; }
+  [ "$during" = 0 ] && [ "$length" -gt 0 ] ||
+    { fail lios_worker "while a session searched, the worker ran $during tasks (queue $length)"; wait "$searcher"; cluster_stop "$LDIR"; return; }
+  wait "$searcher" || { fail lios_worker "searches failed: $(cat "$search_log")"; cluster_stop "$LDIR"; return; }
+  local left; left=$(lios_wait_empty 60)
+  [ "$left" = 0 ] && [ "$(lstat tasks_run_by_worker)" -ge $((before + length)) ] ||
+    { fail lios_worker "after the searches stopped: queue $left"; cluster_stop "$LDIR"; return; }
+  verify=$(lval "SELECT problems, dangling_edges FROM navis_verify('lx_v')")
+  local unreachable_lx; unreachable_lx=$(lval "SELECT unreachable FROM navis_verify('lx_v')")
+  [ "$verify" = "0|0" ] || { fail lios_worker "navis_verify lx_v: $verify"; cluster_stop "$LDIR"; return; }
+  # 3. Turned off: the worker exits; tasks stay queued. REINDEX makes them stale; turned on
+  # again, the worker started by the next insert drops them and runs the new ones.
+  lsql -c "ALTER SYSTEM SET navis.lios_worker = off" -c "SELECT pg_reload_conf()" >/dev/null
+  local i
+  for ((i = 0; i < 50; i++)); do [ "$(lios_workers_running)" = 0 ] && break; sleep 0.2; done
+  [ "$(lios_workers_running)" = 0 ] || { fail lios_worker "the worker did not exit when turned off"; cluster_stop "$LDIR"; return; }
+  lios_rows lw 2301 2400 on
+  local stale; stale=$(lstat queue_length)
+  local dropped_before; dropped_before=$(lstat tasks_dropped)
+  lsql -c "REINDEX INDEX lw_v"
+  lsql -c "ALTER SYSTEM SET navis.lios_worker = on" -c "SELECT pg_reload_conf()" >/dev/null
+  sleep 0.5
+  lios_rows lw 2401 2410 on
+  left=$(lios_wait_empty 60)
+  local dropped=$(( $(lstat tasks_dropped) - dropped_before ))
+  [ "$stale" -gt 0 ] && [ "$left" = 0 ] && [ "$dropped" -ge "$stale" ] && [ "$(lstat worker_starts)" = 2 ] ||
+    { fail lios_worker "after REINDEX: $stale stale tasks, $dropped dropped, queue $left, $(lstat worker_starts) worker starts"; cluster_stop "$LDIR"; return; }
+  lsql -c "VACUUM lw" -c "VACUUM lx"
+  verify=$(lval "SELECT string_agg(problems || '|' || unreachable || '|' || dangling_edges, ',')
+      FROM (SELECT (navis_verify('lw_v')).* UNION ALL SELECT (navis_verify('lx_v')).*) v")
+  [ "$verify" = "0|0|0,0|0|0" ] || { fail lios_worker "navis_verify after REINDEX and VACUUM: $verify"; cluster_stop "$LDIR"; return; }
+  cluster_stop "$LDIR"
+  grep -q "navis lios worker" "$LDIR/server.log" && grep -E "navis lios worker.*(ERROR|exited with exit code [1-9])" "$LDIR/server.log" &&
+    { fail lios_worker "the worker failed (server.log above)"; return; }
+  echo "ok       lios_background_worker (without searches it ran all $queued tasks; while a session searched it ran 0 of $length, then drained them; unreachable before VACUUM: $unreachable_lw and $unreachable_lx; REINDEX: $stale stale tasks dropped; navis_verify clean after VACUUM)"
 }

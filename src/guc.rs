@@ -58,6 +58,8 @@ pub static LIOS: GucSetting<bool> = GucSetting::<bool>::new(false);
 /// `navis.lios_latency_budget`: θ, the share of mean search latency update work may add.
 pub static LIOS_LATENCY_BUDGET: GucSetting<f64> = GucSetting::<f64>::new(0.05);
 /// `navis.lios_queue_size`: deferred back-edges the server can hold (postmaster; 0: none).
+/// `navis.lios_worker`: a background worker per database drains LIOS tasks while no search runs.
+pub static LIOS_WORKER: GucSetting<bool> = GucSetting::<bool>::new(true);
 pub static LIOS_QUEUE_SIZE: GucSetting<i32> = GucSetting::<i32>::new(65_536);
 
 /// `navis.iterative_scan`.
@@ -229,10 +231,21 @@ pub fn register() {
         c"Let inserts leave their neighbours' back-edges as tasks that searches run in their read stalls (LIOS).",
         c"An insert still writes its own row's edges and its nearest neighbour's back-edge, so \
           the row is searchable at once; the other back-edges wait in a shared queue \
-          (navis.lios_queue_size) until a search, VACUUM or, when the queue is full, the \
-          inserting session runs them. Needs navis in shared_preload_libraries.",
+          (navis.lios_queue_size) until a search, the background worker, VACUUM or, when \
+          the queue is full, the inserting session runs them. Needs navis in \
+          shared_preload_libraries.",
         &LIOS,
         GucContext::Userset,
+        GucFlags::default(),
+    );
+    GucRegistry::define_bool_guc(
+        c"navis.lios_worker",
+        c"Start a background worker per database that runs queued LIOS tasks while no search runs.",
+        c"Inserts with navis.lios on start it when their database has none; it exits after 10 \
+          seconds without tasks. Off leaves the tasks to searches, inserting sessions and \
+          VACUUM. Each worker takes one of max_worker_processes while it runs.",
+        &LIOS_WORKER,
+        GucContext::Sighup,
         GucFlags::default(),
     );
     real(

@@ -132,6 +132,12 @@ pub fn insert_row(index: pg_sys::Relation, open: &OpenIndex, vector: &[f32], tid
             io_stats::report(index, &report.search, &mut io_stats::Reported::default());
             crate::result_cache::record_insert(index, open, tid, vector);
             crate::lios::count(crate::lios::Count::Deferred, report.back_edges_deferred);
+            if report.back_edges_deferred > 0 {
+                crate::lios_worker::after_deferring(
+                    index,
+                    crate::lios::tag_of(index, open.build_id),
+                );
+            }
             crate::lios::count(
                 crate::lios::Count::RunByInserters,
                 report.back_edges_refused,

@@ -18,6 +18,7 @@ mod guc;
 mod insert;
 mod io_stats;
 mod lios;
+mod lios_worker;
 mod open;
 mod options;
 mod pglog;

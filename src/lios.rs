@@ -12,6 +12,8 @@
 //!   allows. The budget is the engine's overrun-bounded τ_est per number of reads in flight,
 //!   times the utilisation ratio of the engine's tuner, both per backend.
 //! - VACUUM runs every queued task of its index first (before it frees vertices).
+//! - A background worker per database drains the queue while no search runs
+//!   (`lios_worker.rs`).
 //! - A hot standby never runs tasks: it has no inserts to queue them, and its scans check.
 
 use crate::guc;
@@ -19,6 +21,7 @@ use crate::open::OpenIndex;
 use navis_engine::io_wait::StallWork;
 use navis_engine::lios::{
     IdleBudgets, QueueHeader, QueueSink, Task, TaskKind, TaskQueue, TaskSlot, UtilisationTuner,
+    WorkerRegistry,
 };
 use navis_engine::update::BackEdge;
 use pgrx::pg_sys;
@@ -44,6 +47,9 @@ pub enum Count {
     RunBySearches,
     RunByInserters,
     RunByVacuum,
+    RunByWorker,
+    WorkerStarts,
+    WorkerStartsFailed,
     Dropped,
     Failed,
     Stalls,
@@ -52,11 +58,14 @@ pub enum Count {
     WorkMicros,
 }
 
-const COUNTS: [(Count, &str); 10] = [
+const COUNTS: [(Count, &str); 13] = [
     (Count::Deferred, "tasks_queued"),
     (Count::RunBySearches, "tasks_run_by_searches"),
     (Count::RunByInserters, "tasks_run_by_inserters"),
     (Count::RunByVacuum, "tasks_run_by_vacuum"),
+    (Count::RunByWorker, "tasks_run_by_worker"),
+    (Count::WorkerStarts, "worker_starts"),
+    (Count::WorkerStartsFailed, "worker_starts_failed"),
     (Count::Dropped, "tasks_dropped"),
     (Count::Failed, "tasks_failed"),
     (Count::Stalls, "search_stalls"),
@@ -66,9 +75,11 @@ const COUNTS: [(Count, &str); 10] = [
 ];
 
 #[repr(C)]
-struct Region {
+pub struct Region {
     header: QueueHeader,
     counters: [AtomicU64; COUNTS.len()],
+    /// What the background workers share (`lios_worker.rs`).
+    pub workers: WorkerRegistry,
     capacity: u64,
     // `capacity` TaskSlots follow.
 }
@@ -117,6 +128,7 @@ pub unsafe fn init_shared() {
             region.write(Region {
                 header: QueueHeader::new(),
                 counters: [const { AtomicU64::new(0) }; COUNTS.len()],
+                workers: WorkerRegistry::new(),
                 capacity: capacity as u64,
             });
             let slots = region.add(1) as *mut TaskSlot;
@@ -140,7 +152,8 @@ fn queue_of(region: *mut Region) -> Option<(TaskQueue<'static>, &'static Region)
     }
 }
 
-fn queue() -> Option<(TaskQueue<'static>, &'static Region)> {
+/// The queue and the block it lives in, when navis was preloaded with a queue.
+pub fn queue() -> Option<(TaskQueue<'static>, &'static Region)> {
     queue_of(REGION.load(Ordering::Acquire))
 }
 
@@ -177,17 +190,15 @@ pub fn with_insert_sink<R>(
     }
 }
 
-/// Forgets a dropped index's tasks.
-pub fn forget(tag: u64) {
-    if let Some((queue, _)) = queue() {
-        queue.forget(tag.max(1));
-    }
+/// Forgets a dropped or rebuilt index's tasks; how many.
+pub fn forget(tag: u64) -> usize {
+    queue().map_or(0, |(queue, _)| queue.forget(tag.max(1)))
 }
 
 /// Takes up to `max` of the index's tasks among the first `scan` queued and runs them;
 /// returns how many it took. An engine error loses the tasks taken (counted as failed):
 /// VACUUM's reconnect restores what they would have linked.
-fn run_tasks(open: &OpenIndex, tag: u64, max: usize, scan: usize, who: Count) -> usize {
+pub fn run_tasks(open: &OpenIndex, tag: u64, max: usize, scan: usize, who: Count) -> usize {
     let Some((queue, _)) = queue() else {
         return 0;
     };

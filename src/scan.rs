@@ -349,6 +349,7 @@ pub unsafe extern "C-unwind" fn amgettuple(
             return false;
         }
         pgrx::check_for_interrupts!();
+        crate::lios_worker::note_search();
         let cursor = run.cursor.as_mut().expect("cursor present while running");
         let passes_before = cursor.passes();
         let started = guc::LIOS.get().then(std::time::Instant::now);

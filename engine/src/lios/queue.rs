@@ -215,6 +215,17 @@ impl<'a> TaskQueue<'a> {
         self.header.head.store(head, Relaxed);
     }
 
+    /// Whether any task of the index tagged `tag` is queued (a worker's last look before it
+    /// exits; scans the whole queue).
+    pub fn holds(&self, tag: u64) -> bool {
+        let _g = self.header.lock.lock();
+        let (head, tail) = (
+            self.header.head.load(Relaxed),
+            self.header.tail.load(Relaxed),
+        );
+        (head..tail).any(|seq| self.slot(seq).tag.load(Relaxed) == tag)
+    }
+
     /// Forgets every queued task of the index tagged `tag` (DROP, REINDEX, TRUNCATE, or a
     /// rebuild: its vertex ids mean nothing any more). Returns how many.
     pub fn forget(&self, tag: u64) -> usize {
@@ -305,7 +316,9 @@ mod tests {
             q.push(back_edge(if i % 2 == 0 { 1 } else { 2 }, i, 100 + i))
                 .unwrap();
         }
+        assert!(q.holds(1) && q.holds(2) && !q.holds(3));
         assert_eq!(q.forget(1), 3);
+        assert!(!q.holds(1) && q.holds(2));
         let left: Vec<Task> = std::iter::from_fn(|| q.pop()).collect();
         assert_eq!(
             left,
