@@ -245,3 +245,40 @@ test_lios_background_worker() {
     { fail lios_worker "the worker failed (server.log above)"; return; }
   echo "ok       lios_background_worker (without searches it ran all $queued tasks; while a session searched it ran 0 of $length, then drained them; unreachable before VACUUM: $unreachable_lw and $unreachable_lx; REINDEX: $stale stale tasks dropped; navis_verify clean after VACUUM)"
 }
+
+# VACUUM with navis.lios on hands its list repairs out as tasks: it returns with every deleted
+# vertex kept (nothing points at a freed one), searches run the repairs in their stalls, and
+# the next VACUUM runs what is left and frees them; the index ends as an inline VACUUM leaves
+# its twin.
+test_lios_vacuum_hands_out_repairs() {
+  NAVIS_PAGE_CACHE=0 cluster_start "$LDIR" "$LPORT" "shared_preload_libraries = 'navis'" "navis.cache_size = 0" \
+    "navis.lios_queue_size = 4096" "navis.lios_worker = off" || { fail lios_repairs "cluster did not start"; return; }
+  lsql -c "CREATE EXTENSION navis"
+  lsql -c "CREATE TABLE lr (id int, v real[])" -c "CREATE TABLE lq (id int, v real[])"
+  lios_rows lr 1 3000; lios_rows lq 1 3000
+  lsql -c "CREATE INDEX lr_v ON lr USING navis (v)" -c "CREATE INDEX lq_v ON lq USING navis (v)"
+  lsql -c "DELETE FROM lr WHERE id % 4 = 1" -c "DELETE FROM lq WHERE id % 4 = 1"
+  lsql -c "VACUUM lq"
+  lsql -c "SET navis.lios = on" -c "VACUUM lr"
+  local queued length; queued=$(lstat repairs_queued); length=$(lstat queue_length)
+  local held; held=$(lval "SELECT deleted FROM navis_verify('lr_v')")
+  local twin_deleted; twin_deleted=$(lval "SELECT deleted FROM navis_verify('lq_v')")
+  [ "$queued" -gt 500 ] && [ "$length" = "$queued" ] && [ "$held" -ge 700 ] ||
+    { fail lios_repairs "after VACUUM with LIOS: $queued repairs queued, queue $length, $held deleted vertices kept (inline twin: $twin_deleted)"; cluster_stop "$LDIR"; return; }
+  local verify; verify=$(lval "SELECT problems, dangling_edges FROM navis_verify('lr_v')")
+  [ "$verify" = "0|0" ] || { fail lios_repairs "navis_verify with repairs queued: $verify"; cluster_stop "$LDIR"; return; }
+  local searched_before; searched_before=$(lstat tasks_run_by_searches)
+  lios_searches lr
+  local by_search=$(( $(lstat tasks_run_by_searches) - searched_before ))
+  [ "$by_search" -gt 0 ] || { fail lios_repairs "600 searches ran no repair"; cluster_stop "$LDIR"; return; }
+  lsql -c "SET navis.lios = on" -c "VACUUM lr"
+  local after; after=$(lval "SELECT deleted, problems, unreachable, dangling_edges FROM navis_verify('lr_v')")
+  local twin; twin=$(lval "SELECT deleted, problems, unreachable, dangling_edges FROM navis_verify('lq_v')")
+  [ "$(lstat queue_length)" = 0 ] && [ "$after" = "$twin" ] ||
+    { fail lios_repairs "after the second VACUUM: queue $(lstat queue_length); deleted|problems|unreachable|dangling $after, inline twin $twin"; cluster_stop "$LDIR"; return; }
+  local r_lr r_lq; r_lr=$(lios_recall lr); r_lq=$(lios_recall lq)
+  [ "$r_lr" -ge $((r_lq - 2)) ] ||
+    { fail lios_repairs "recall: $r_lr/400 with handed-out repairs vs $r_lq/400 inline"; cluster_stop "$LDIR"; return; }
+  cluster_stop "$LDIR"
+  echo "ok       lios_vacuum_hands_out_repairs ($queued repairs queued, $held deleted vertices kept; searches ran $by_search; the next VACUUM freed them: $after as the inline twin; recall@10 $r_lr/400 vs $r_lq/400)"
+}

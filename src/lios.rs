@@ -44,6 +44,7 @@ const SCAN_SLOTS: usize = 512;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Count {
     Deferred,
+    RepairsQueued,
     RunBySearches,
     RunByInserters,
     RunByVacuum,
@@ -58,8 +59,9 @@ pub enum Count {
     WorkMicros,
 }
 
-const COUNTS: [(Count, &str); 13] = [
+const COUNTS: [(Count, &str); 14] = [
     (Count::Deferred, "tasks_queued"),
+    (Count::RepairsQueued, "repairs_queued"),
     (Count::RunBySearches, "tasks_run_by_searches"),
     (Count::RunByInserters, "tasks_run_by_inserters"),
     (Count::RunByVacuum, "tasks_run_by_vacuum"),
@@ -170,7 +172,7 @@ pub fn tag_of(index: pg_sys::Relation, build_id: u64) -> u64 {
 }
 
 /// On a primary with a queue and `navis.lios = on`: runs `f` with a sink for `index`'s
-/// back-edges; otherwise `f(None)`.
+/// back-edges and repairs; otherwise `f(None)`.
 pub fn with_insert_sink<R>(
     index: pg_sys::Relation,
     open: &OpenIndex,
@@ -204,28 +206,38 @@ pub fn run_tasks(open: &OpenIndex, tag: u64, max: usize, scan: usize, who: Count
     };
     let mut tasks: Vec<Task> = Vec::new();
     queue.pop_for(tag, max, scan, &mut tasks);
-    let edges: Vec<BackEdge> = tasks
-        .iter()
-        .filter_map(|t| match t.kind {
-            TaskKind::BackEdge { to } => Some(BackEdge {
+    let mut edges: Vec<BackEdge> = Vec::new();
+    let mut repairs: Vec<u32> = Vec::new();
+    for t in &tasks {
+        match t.kind {
+            TaskKind::BackEdge { to } => edges.push(BackEdge {
                 vertex: t.vertex,
                 to,
             }),
-            TaskKind::Repair => None, // not queued yet (consolidation still repairs inline)
-        })
-        .collect();
-    if edges.is_empty() {
-        return tasks.len();
+            TaskKind::Repair => repairs.push(t.vertex),
+        }
     }
     let locks = open.locks();
-    match open.index.run_back_edges(&locks, &edges) {
-        Ok(report) => {
-            count(who, report.done);
-            count(Count::Dropped, report.dropped);
+    let failed = |n: usize, e: navis_engine::index::IndexError| {
+        count(Count::Failed, n as u64);
+        pgrx::debug1!("navis: LIOS tasks failed and were dropped: {e}");
+    };
+    if !edges.is_empty() {
+        match open.index.run_back_edges(&locks, &edges) {
+            Ok(report) => {
+                count(who, report.done);
+                count(Count::Dropped, report.dropped);
+            }
+            Err(e) => failed(edges.len(), e),
         }
-        Err(e) => {
-            count(Count::Failed, edges.len() as u64);
-            pgrx::debug1!("navis: LIOS tasks failed and were dropped: {e}");
+    }
+    if !repairs.is_empty() {
+        match open.index.run_repairs(&locks, &repairs) {
+            Ok(report) => {
+                count(who, report.done);
+                count(Count::Dropped, report.dropped);
+            }
+            Err(e) => failed(repairs.len(), e),
         }
     }
     tasks.len()

@@ -4,7 +4,10 @@
 //! point at deleted vertices, free those vertices, compact sparse pages, reconnect vertices
 //! no search can reach), and otherwise, if rows were inserted since the last VACUUM, only
 //! restores reachability (`Index::reconnect`). Both check for cancellation between batches
-//! and leave a consistent index when interrupted.
+//! and leave a consistent index when interrupted. With `navis.lios = on` in the VACUUM's
+//! session, consolidation hands its list repairs out to the LIOS task queue
+//! (`Index::consolidate_handing_out`): the deleted vertices those lists lead to stay until the
+//! next VACUUM, which runs the repairs still queued and frees them.
 
 use crate::build::interrupt_pending;
 use crate::errors::raise_index_error;
@@ -126,8 +129,24 @@ pub unsafe extern "C-unwind" fn amvacuumcleanup(
         )
     };
     if open.index.deleted_len() > 0 && open.index.deleted_fraction() >= threshold {
-        if let Err(e) = open.index.consolidate(&locks, &interrupt_pending) {
-            raise_index_error(&context(), e)
+        // With LIOS, the list repairs go to the task queue (searches and the background
+        // worker run them; the next VACUUM runs what is left, then frees what they kept).
+        let consolidated = crate::lios::with_insert_sink(index, &open, |sink| match sink {
+            Some(sink) => open
+                .index
+                .consolidate_handing_out(&locks, &interrupt_pending, sink),
+            None => open.index.consolidate(&locks, &interrupt_pending),
+        });
+        match consolidated {
+            Ok(report) if report.repairs_deferred > 0 => {
+                crate::lios::count(crate::lios::Count::RepairsQueued, report.repairs_deferred);
+                crate::lios_worker::after_deferring(
+                    index,
+                    crate::lios::tag_of(index, open.build_id),
+                );
+            }
+            Ok(_) => {}
+            Err(e) => raise_index_error(&context(), e),
         }
     } else if let Err(e) = open.index.reconnect(&locks, &interrupt_pending) {
         // Inserts since the last VACUUM may have left vertices without a path from the

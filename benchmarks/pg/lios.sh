@@ -10,7 +10,12 @@
 # sessions search alone for BASELINE seconds (the no-update baseline), then WRITERS sessions
 # insert INSERT rows in batches of BATCH while the searchers go on; recall@10 after each batch
 # and after the final VACUUM; navis_lios_stats over the run. Regime a: shared_buffers 1GB, no
-# limit. The navis.lios setting is set in every session of the run (writers, searchers).
+# limit. The navis.lios setting is set in every session of the run (writers, searchers, and the
+# one that runs VACUUM).
+# WINDOW=1 is the delete-plus-VACUUM variant (inserts.py --window): after each batch's inserts,
+# with the searchers still running, the BATCH oldest rows are deleted and the table VACUUMed
+# (with BATCH >= 10% of the rows, the VACUUM consolidates: with LIOS on it hands its list
+# repairs out as tasks); results go to DATASET-REGIME-window.
 # Environment: BASE (50000), INSERT (5000), BATCH (INSERT), WRITERS (2), SEARCHERS (1),
 # BASELINE (20), CONFIGS, LIST (navis.search_list, default 40), LIMIT_MB, CACHE_MB (NAVIS-Cache,
 # 64), OUT (benchmarks/data/lios/DATASET-REGIME). Needs the release build installed.
@@ -24,7 +29,8 @@ REGIME=${2:-b}
 D=$DATA/$NAME
 [ -s "$D/gt100.bin" ] || bash "$ROOT/benchmarks/datasets/prepare.sh" "$NAME"
 "$PY" -c 'import psycopg' 2>/dev/null || "$DATA/venv/bin/pip" install -q --no-deps -r "$HERE/requirements.txt"
-OUT=${OUT:-$DATA/lios/$NAME-$REGIME}
+WINDOW=${WINDOW:-}
+OUT=${OUT:-$DATA/lios/$NAME-$REGIME${WINDOW:+-window}}
 CDIR=/tmp/navis-lios PORT=54344
 LIMIT_MB=${LIMIT_MB:-384} CACHE_MB=${CACHE_MB:-64}
 BASE=${BASE:-50000} INSERT=${INSERT:-5000} BATCH=${BATCH:-$INSERT} WRITERS=${WRITERS:-2}
@@ -61,6 +67,7 @@ for config in $CONFIGS; do
   settings=(--set "navis.lios=off")
   [ "$config" = off ] || settings=(--set "navis.lios=on" --set "navis.lios_latency_budget=$config")
   echo "-- LIOS $config  $(uptime)"
+  [ -n "$WINDOW" ] && settings+=(--window)
   (cd "$HERE" && "$PY" inserts.py "${common[@]}" --reuse --insert "$INSERT" --batch "$BATCH" \
       --writers "$WRITERS" --searchers "$SEARCHERS" --baseline-seconds "$BASELINE" "${settings[@]}" \
       --json "$OUT/lios-$config.json") | tee "$OUT/lios-$config.md"

@@ -11,7 +11,7 @@
 //! processes ([`SpinLock`]): every critical section is a few loads and stores.
 
 use crate::cache::spin::SpinLock;
-use crate::update::{BackEdge, BackEdgeSink};
+use crate::update::{BackEdge, BackEdgeSink, RepairSink};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 
 /// What a task does to the list of `vertex`.
@@ -246,6 +246,17 @@ impl<'a> TaskQueue<'a> {
 pub struct QueueSink<'q, 'a> {
     pub queue: &'q TaskQueue<'a>,
     pub tag: u64,
+}
+
+impl RepairSink for QueueSink<'_, '_> {
+    fn defer(&self, vertex: u32) -> bool {
+        let task = Task {
+            tag: self.tag,
+            vertex,
+            kind: TaskKind::Repair,
+        };
+        self.queue.push(task).is_ok()
+    }
 }
 
 impl BackEdgeSink for QueueSink<'_, '_> {

@@ -28,16 +28,15 @@ use super::alloc::release_vertex;
 use super::alloc::retire_slot;
 use super::locks::{StripeGuard, WriteLocks};
 use super::log::IndexLog;
+use super::repairs::{hand_out, RepairSink};
 use super::vectors::VectorCache;
 use super::write::{read_current_list, write_lists, ListChange};
-use crate::graph::prune::robust_prune;
-use crate::graph::vamana::prune_metric;
 use crate::index::{Index, IndexError};
 use crate::search::{CasrMode, SearchCursor, SearchParams};
 use crate::storage::state::{Counter, Field};
 use crate::storage::{EdgeLocation, HeapTid};
 use crate::VertexId;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
 /// Vertices between cancellation checks in table scans.
@@ -48,6 +47,8 @@ const SCAN_PAGES: usize = 256;
 struct RepairScan {
     deleted_lists: HashMap<VertexId, Vec<VertexId>>,
     to_repair: Vec<VertexId>,
+    /// The doomed neighbours of each list in `to_repair`.
+    doomed_out: HashMap<VertexId, Vec<VertexId>>,
 }
 
 /// What [`Index::bulk_delete`] did.
@@ -68,7 +69,12 @@ pub struct BulkDeleteReport {
 pub struct ConsolidateReport {
     pub edge_pages_read: u64,
     pub lists_repaired: u64,
+    /// Repairs handed out as tasks ([`Index::consolidate_handing_out`]).
+    pub repairs_deferred: u64,
     pub vertices_freed: u64,
+    /// Doomed vertices kept for the next VACUUM: a list whose repair was handed out may
+    /// still lead to them.
+    pub vertices_held: u64,
     /// Deleted vertices kept as entry points.
     pub vertices_kept: u64,
     pub lists_compacted: u64,
@@ -139,6 +145,27 @@ impl Index {
         locks: &dyn WriteLocks,
         cancel: &dyn Fn() -> bool,
     ) -> Result<ConsolidateReport, IndexError> {
+        self.consolidate_with(locks, cancel, None)
+    }
+
+    /// [`Index::consolidate`], offering each repair to `sink` first (LIOS): what it takes
+    /// runs later ([`Index::run_repairs`]), and the doomed vertices those lists may lead to
+    /// are freed by a later VACUUM instead of this one (`repairs` module).
+    pub fn consolidate_handing_out(
+        &self,
+        locks: &dyn WriteLocks,
+        cancel: &dyn Fn() -> bool,
+        sink: &dyn RepairSink,
+    ) -> Result<ConsolidateReport, IndexError> {
+        self.consolidate_with(locks, cancel, Some(sink))
+    }
+
+    fn consolidate_with(
+        &self,
+        locks: &dyn WriteLocks,
+        cancel: &dyn Fn() -> bool,
+        sink: Option<&dyn RepairSink>,
+    ) -> Result<ConsolidateReport, IndexError> {
         let files = self.files();
         let table = files.indirection();
         let state = files.state();
@@ -148,8 +175,7 @@ impl Index {
         let next_vertex = (state.get(Field::NextVertex) as usize).min(table.capacity());
 
         // Deleted vertices to free; entry points stay.
-        let mut kept: HashSet<VertexId> = self.entrance().ids().iter().copied().collect();
-        kept.insert(files.manifest().medoid);
+        let kept = self.kept_entry_points();
         let mut doomed = vec![false; next_vertex];
         for (v, mark) in doomed.iter_mut().enumerate() {
             if table.entry(v as VertexId).is_some_and(|e| e.is_deleted()) {
@@ -164,13 +190,21 @@ impl Index {
 
         // 1. One pass over the edge file.
         let scan = self.scan_for_repairs(&is_doomed, cancel, &mut report)?;
-        let (deleted_lists, to_repair) = (scan.deleted_lists, scan.to_repair);
+        let (deleted_lists, mut to_repair) = (scan.deleted_lists, scan.to_repair);
 
-        // 2. Repair, one page of lists at a time.
+        // 2. Hand repairs out (LIOS), then repair the rest, one page of lists at a time.
+        if let Some(sink) = sink {
+            let handed = hand_out(
+                sink,
+                &mut to_repair,
+                &scan.doomed_out,
+                &deleted_lists,
+                &mut doomed,
+            );
+            (report.repairs_deferred, report.vertices_held) = handed;
+        }
+        let is_doomed = |v: VertexId| doomed.get(v as usize).copied().unwrap_or(false);
         let spp = files.edge_layout().slots_per_page();
-        let max_degree = files.edge_layout().max_degree();
-        let alpha = files.manifest().params.alpha;
-        let prune = prune_metric(self.metric());
         // Repairs read no vectors: PQ reconstructions, each computed once.
         let mut vectors = VectorCache::new(self);
         let mut page_buf = vec![0u8; files.edge_layout().page_size()];
@@ -188,28 +222,13 @@ impl Index {
                 if !current.iter().any(|&w| is_doomed(w)) {
                     continue;
                 }
-                let mut pool: Vec<VertexId> = Vec::new();
-                for &w in &current {
-                    if is_doomed(w) {
-                        pool.extend(deleted_lists.get(&w).into_iter().flatten().copied());
-                    } else {
-                        pool.push(w);
-                    }
-                }
-                pool.retain(|&w| w != u && !is_doomed(w) && table.entry(w).is_some());
-                pool.sort_unstable();
-                pool.dedup();
-                let list = if pool.len() <= max_degree {
-                    pool
-                } else {
-                    let mut scored: Vec<(VertexId, f32)> = pool
-                        .iter()
-                        .map(|&w| (w, vectors.distance(prune, u, w)))
-                        .collect();
-                    robust_prune(&mut scored, alpha, max_degree, |a, b| {
-                        vectors.distance(prune, a, b)
-                    })
-                };
+                let list = self.repaired_list(
+                    u,
+                    &current,
+                    &is_doomed,
+                    |w| deleted_lists.get(&w).cloned().unwrap_or_default(),
+                    &mut vectors,
+                );
                 changes.push(ListChange {
                     vertex: u,
                     list,
@@ -278,17 +297,23 @@ impl Index {
     ) -> Result<RepairScan, IndexError> {
         let mut deleted_lists = HashMap::new();
         let mut to_repair = Vec::new();
+        let mut doomed_out = HashMap::new();
         self.for_each_current_list(cancel, report, |owner, list| {
             if is_doomed(owner) {
                 deleted_lists.insert(owner, list.to_vec());
             } else if list.iter().any(|&w| is_doomed(w)) {
                 to_repair.push(owner);
+                doomed_out.insert(
+                    owner,
+                    list.iter().copied().filter(|&w| is_doomed(w)).collect(),
+                );
             }
         })?;
         to_repair.sort_unstable();
         Ok(RepairScan {
             deleted_lists,
             to_repair,
+            doomed_out,
         })
     }
 

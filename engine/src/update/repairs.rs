@@ -1,0 +1,196 @@
+//! Repairs of lists that point at deleted vertices: inline in VACUUM's consolidation, or
+//! handed out by it as tasks (LIOS, RFC 0004 §1) that searches, the background worker or the
+//! next VACUUM run.
+//!
+//! A repair replaces `u`'s doomed neighbours (deleted, and not kept as entry points) by their
+//! own neighbours that are not doomed, and RobustPrune (PQ reconstructions) cuts the result to
+//! the degree. A consolidation that hands repairs out keeps every doomed vertex a handed-out
+//! list may still lead to (and every doomed vertex those lead to), so that no list points at a
+//! freed vertex; the next VACUUM runs what is still queued, then frees them.
+
+use super::locks::{StripeGuard, WriteLocks};
+use super::vectors::VectorCache;
+use super::write::{read_current_list, write_lists, ListChange};
+use crate::graph::prune::robust_prune;
+use crate::graph::vamana::prune_metric;
+use crate::index::{Index, IndexError};
+use crate::storage::HeapTid;
+use crate::VertexId;
+use std::collections::{HashMap, HashSet};
+
+/// Where a consolidation leaves the repairs it does not run itself.
+pub trait RepairSink {
+    /// Takes the repair of `vertex`'s list; `false` when there is no room (VACUUM runs it).
+    fn defer(&self, vertex: VertexId) -> bool;
+}
+
+/// Offers each list of `to_repair` to `sink`, keeps in `to_repair` the ones it refused, and
+/// takes out of `doomed` (to free later) every doomed vertex a handed-out list leads to,
+/// directly (`doomed_out`) or through held vertices' own lists (`doomed_lists`). Returns
+/// (repairs handed out, vertices held).
+pub(super) fn hand_out(
+    sink: &dyn RepairSink,
+    to_repair: &mut Vec<VertexId>,
+    doomed_out: &HashMap<VertexId, Vec<VertexId>>,
+    doomed_lists: &HashMap<VertexId, Vec<VertexId>>,
+    doomed: &mut [bool],
+) -> (u64, u64) {
+    let mut held: Vec<VertexId> = Vec::new();
+    let mut deferred = 0u64;
+    to_repair.retain(|&u| {
+        let taken = sink.defer(u);
+        if taken {
+            deferred += 1;
+            held.extend(doomed_out.get(&u).into_iter().flatten().copied());
+        }
+        !taken
+    });
+    let mut kept = 0u64;
+    while let Some(w) = held.pop() {
+        if std::mem::replace(&mut doomed[w as usize], false) {
+            kept += 1;
+            held.extend(doomed_lists.get(&w).into_iter().flatten().copied());
+        }
+    }
+    (deferred, kept)
+}
+
+/// What [`Index::run_repairs`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RepairReport {
+    /// Lists that no longer point at a doomed vertex (repaired now, or found so).
+    pub done: u64,
+    /// Tasks whose vertex was freed or deleted since (its list goes with it).
+    pub dropped: u64,
+    pub lists_written: u64,
+    pub pages_written: u64,
+    pub pages_read: u64,
+}
+
+impl Index {
+    /// Deleted vertices that stay as entry points (the entrance graph's, the medoid):
+    /// consolidation neither frees them nor repairs lists for them.
+    pub(super) fn kept_entry_points(&self) -> HashSet<VertexId> {
+        let mut kept: HashSet<VertexId> = self.entrance().ids().iter().copied().collect();
+        kept.insert(self.files().manifest().medoid);
+        kept
+    }
+
+    /// `u`'s list `current` with its doomed neighbours replaced by their own lists
+    /// (`list_of`), doomed and freed vertices left out, pruned to the degree.
+    pub(super) fn repaired_list(
+        &self,
+        u: VertexId,
+        current: &[VertexId],
+        is_doomed: &dyn Fn(VertexId) -> bool,
+        mut list_of: impl FnMut(VertexId) -> Vec<VertexId>,
+        vectors: &mut VectorCache<'_>,
+    ) -> Vec<VertexId> {
+        let table = self.files().indirection();
+        let max_degree = self.files().edge_layout().max_degree();
+        let mut pool: Vec<VertexId> = Vec::new();
+        for &w in current {
+            if is_doomed(w) {
+                pool.extend(list_of(w));
+            } else {
+                pool.push(w);
+            }
+        }
+        pool.retain(|&w| w != u && !is_doomed(w) && table.entry(w).is_some());
+        pool.sort_unstable();
+        pool.dedup();
+        if pool.len() <= max_degree {
+            return pool;
+        }
+        let alpha = self.files().manifest().params.alpha;
+        let prune = prune_metric(self.metric());
+        let mut scored: Vec<(VertexId, f32)> = pool
+            .iter()
+            .map(|&w| (w, vectors.distance(prune, u, w)))
+            .collect();
+        robust_prune(&mut scored, alpha, max_degree, |a, b| {
+            vectors.distance(prune, a, b)
+        })
+    }
+
+    /// Runs repair tasks (from a queue): each vertex's list is read as it is now and, if it
+    /// still points at doomed vertices, repaired; the lists of one page's worth of vertices
+    /// are written together, in one log record.
+    pub fn run_repairs(
+        &self,
+        locks: &dyn WriteLocks,
+        vertices: &[VertexId],
+    ) -> Result<RepairReport, IndexError> {
+        let files = self.files();
+        let table = files.indirection();
+        let log = self.log()?;
+        let kept = self.kept_entry_points();
+        let is_doomed =
+            |w: VertexId| table.entry(w).is_some_and(|e| e.is_deleted()) && !kept.contains(&w);
+        let spp = files.edge_layout().slots_per_page();
+        let mut vectors = VectorCache::new(self);
+        let mut page_buf = vec![0u8; files.edge_layout().page_size()];
+        let mut report = RepairReport::default();
+        let mut group: Vec<VertexId> = vertices.to_vec();
+        group.sort_unstable();
+        group.dedup();
+        for group in group.chunks(spp) {
+            let _stripes = StripeGuard::lock(locks, group);
+            let mut changes: Vec<ListChange> = Vec::new();
+            for &u in group {
+                // (a deleted vertex kept as an entry point is still traversed: repaired too)
+                let Some(entry) = table.entry(u).filter(|_| !is_doomed(u)) else {
+                    report.dropped += 1;
+                    continue;
+                };
+                let current = read_current_list(files, u, entry.edge, &mut page_buf)?;
+                report.pages_read += 1;
+                report.done += 1;
+                if !current.iter().any(|&w| is_doomed(w)) {
+                    continue;
+                }
+                let mut reads = 0u64;
+                let list = self.repaired_list(
+                    u,
+                    &current,
+                    &is_doomed,
+                    |w| {
+                        reads += 1;
+                        self.doomed_list(w)
+                    },
+                    &mut vectors,
+                );
+                report.pages_read += reads;
+                changes.push(ListChange {
+                    vertex: u,
+                    list,
+                    old: Some(entry.edge),
+                });
+            }
+            if !changes.is_empty() {
+                write_lists(files, &*log, locks, &changes, HeapTid::default())?;
+                report.pages_written += 1;
+                report.lists_written += changes.len() as u64;
+            }
+        }
+        Ok(report)
+    }
+
+    /// The list of the doomed vertex `w`, read without its stripe: nothing changes a doomed
+    /// vertex's list but a compaction moving it (until the VACUUM that frees it, which runs
+    /// the queued repairs first), so a read that finds the slot moved reads again. Empty if
+    /// it keeps moving or `w` is gone: the repair then only drops `w`.
+    fn doomed_list(&self, w: VertexId) -> Vec<VertexId> {
+        let files = self.files();
+        let mut buf = vec![0u8; files.edge_layout().page_size()];
+        for _ in 0..3 {
+            let Some(entry) = files.indirection().entry(w) else {
+                return Vec::new();
+            };
+            if let Ok(list) = read_current_list(files, w, entry.edge, &mut buf) {
+                return list;
+            }
+        }
+        Vec::new()
+    }
+}
