@@ -199,7 +199,8 @@ pub fn forget(tag: u64) -> usize {
 
 /// Takes up to `max` of the index's tasks among the first `scan` queued and runs them;
 /// returns how many it took. An engine error loses the tasks taken (counted as failed):
-/// VACUUM's reconnect restores what they would have linked.
+/// VACUUM's reconnect restores what back-edges would have linked, and the next consolidation
+/// finds the lists a repair would have fixed.
 pub fn run_tasks(open: &OpenIndex, tag: u64, max: usize, scan: usize, who: Count) -> usize {
     let Some((queue, _)) = queue() else {
         return 0;

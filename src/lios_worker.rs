@@ -20,6 +20,7 @@ use navis_engine::lios::{IndexRef, Launch, Ticket, WorkerRegistry};
 use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder, SignalWakeFlags};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// How long no search must have run before the worker takes tasks.
@@ -32,6 +33,9 @@ const POLL: Duration = Duration::from_millis(100);
 const TASKS_PER_TRANSACTION: usize = 1024;
 /// Tasks one call takes (one or several page groups).
 const TASKS_PER_CALL: usize = 64;
+
+/// This worker's ticket (a worker may claim a new one before it would have exited).
+static CURRENT_TICKET: AtomicU64 = AtomicU64::new(u64::MAX);
 
 fn now_us() -> i64 {
     // SAFETY: reads the clock.
@@ -107,11 +111,10 @@ pub extern "C-unwind" fn navis_lios_worker_main(arg: pg_sys::Datum) {
     let Some(registry) = registry() else {
         return;
     };
-    // SAFETY: registers a callback with a by-value argument; it runs at process exit, also
-    // after an ERROR ends the worker, and only releases the slot of this ticket.
-    unsafe {
-        pg_sys::before_shmem_exit(Some(release_at_exit), pg_sys::Datum::from(ticket.to_word()))
-    };
+    CURRENT_TICKET.store(ticket.to_word(), Ordering::Relaxed);
+    // SAFETY: registers a callback without an argument; it runs at process exit, also after
+    // an ERROR ends the worker, and only releases this worker's current ticket.
+    unsafe { pg_sys::before_shmem_exit(Some(release_at_exit), pg_sys::Datum::from(0usize)) };
     BackgroundWorker::connect_worker_to_spi_by_oid(Some(pg_sys::Oid::from(ticket.database)), None);
     let mut idle_since = now_us();
     loop {
@@ -137,6 +140,7 @@ pub extern "C-unwind" fn navis_lios_worker_main(arg: pg_sys::Datum) {
                 match exit_or_continue(registry, ticket) {
                     Some(next) => {
                         ticket = next;
+                        CURRENT_TICKET.store(ticket.to_word(), Ordering::Relaxed);
                         idle_since = now_us();
                     }
                     None => return,
@@ -155,11 +159,12 @@ pub extern "C-unwind" fn navis_lios_worker_main(arg: pg_sys::Datum) {
 /// until its heartbeat patience runs out, so that an index whose tasks fail is not retried
 /// by a new worker on every insert.
 #[pg_guard]
-unsafe extern "C-unwind" fn release_at_exit(code: i32, arg: pg_sys::Datum) {
+unsafe extern "C-unwind" fn release_at_exit(code: i32, _arg: pg_sys::Datum) {
     if code != 0 {
         return;
     }
-    if let (Some(registry), Some(ticket)) = (registry(), Ticket::from_word(arg.value() as u64)) {
+    let word = CURRENT_TICKET.load(Ordering::Relaxed);
+    if let (Some(registry), Some(ticket)) = (registry(), Ticket::from_word(word)) {
         registry.release(ticket);
     }
 }

@@ -4,11 +4,14 @@
 //!
 //! A repair replaces `u`'s doomed neighbours (deleted, and not kept as entry points) by their
 //! own neighbours that are not doomed, and RobustPrune (PQ reconstructions) cuts the result to
-//! the degree. A consolidation that hands repairs out keeps every doomed vertex a handed-out
-//! list may still lead to (and every doomed vertex those lead to), so that no list points at a
-//! freed vertex; the next VACUUM runs what is still queued, then frees them.
+//! the degree. A consolidation that hands repairs out keeps the doomed vertices a handed-out
+//! list still points at, and drops from their own lists the doomed vertices it frees, so that
+//! no list points at a freed vertex; the next VACUUM runs what is still queued, then frees
+//! them. (Keeping instead every doomed vertex a kept one leads to would keep nearly all of
+//! them: deleted rows' vertices link to each other.)
 
 use super::locks::{StripeGuard, WriteLocks};
+use super::log::IndexLog;
 use super::vectors::VectorCache;
 use super::write::{read_current_list, write_lists, ListChange};
 use crate::graph::prune::robust_prune;
@@ -25,34 +28,30 @@ pub trait RepairSink {
 }
 
 /// Offers each list of `to_repair` to `sink`, keeps in `to_repair` the ones it refused, and
-/// takes out of `doomed` (to free later) every doomed vertex a handed-out list leads to,
-/// directly (`doomed_out`) or through held vertices' own lists (`doomed_lists`). Returns
-/// (repairs handed out, vertices held).
+/// takes out of `doomed` (to free later) every doomed vertex a handed-out list points at
+/// (`doomed_out`). Returns the repairs handed out and the vertices held, sorted.
 pub(super) fn hand_out(
     sink: &dyn RepairSink,
     to_repair: &mut Vec<VertexId>,
     doomed_out: &HashMap<VertexId, Vec<VertexId>>,
-    doomed_lists: &HashMap<VertexId, Vec<VertexId>>,
     doomed: &mut [bool],
-) -> (u64, u64) {
+) -> (u64, Vec<VertexId>) {
     let mut held: Vec<VertexId> = Vec::new();
     let mut deferred = 0u64;
     to_repair.retain(|&u| {
         let taken = sink.defer(u);
         if taken {
             deferred += 1;
-            held.extend(doomed_out.get(&u).into_iter().flatten().copied());
+            for &w in doomed_out.get(&u).into_iter().flatten() {
+                if std::mem::replace(&mut doomed[w as usize], false) {
+                    held.push(w);
+                }
+            }
         }
         !taken
     });
-    let mut kept = 0u64;
-    while let Some(w) = held.pop() {
-        if std::mem::replace(&mut doomed[w as usize], false) {
-            kept += 1;
-            held.extend(doomed_lists.get(&w).into_iter().flatten().copied());
-        }
-    }
-    (deferred, kept)
+    held.sort_unstable();
+    (deferred, held)
 }
 
 /// What [`Index::run_repairs`] did.
@@ -111,6 +110,48 @@ impl Index {
         robust_prune(&mut scored, alpha, max_degree, |a, b| {
             vectors.distance(prune, a, b)
         })
+    }
+
+    /// Drops from the lists of `held` (doomed vertices kept for a later VACUUM, still
+    /// traversable) the vertices `is_doomed` says this VACUUM frees; returns the lists
+    /// written. Their other entries stay: a repair reads them to replace the held vertex.
+    pub(super) fn trim_held_lists(
+        &self,
+        log: &dyn IndexLog,
+        locks: &dyn WriteLocks,
+        held: &[VertexId],
+        is_doomed: &dyn Fn(VertexId) -> bool,
+        cancel: &dyn Fn() -> bool,
+    ) -> Result<u64, IndexError> {
+        let files = self.files();
+        let table = files.indirection();
+        let mut page_buf = vec![0u8; files.edge_layout().page_size()];
+        let mut written = 0u64;
+        for group in held.chunks(files.edge_layout().slots_per_page()) {
+            if cancel() {
+                return Err(IndexError::Cancelled);
+            }
+            let _stripes = StripeGuard::lock(locks, group);
+            let mut changes: Vec<ListChange> = Vec::new();
+            for &w in group {
+                let Some(entry) = table.entry(w) else {
+                    continue;
+                };
+                let current = read_current_list(files, w, entry.edge, &mut page_buf)?;
+                if current.iter().any(|&x| is_doomed(x)) {
+                    changes.push(ListChange {
+                        vertex: w,
+                        list: current.into_iter().filter(|&x| !is_doomed(x)).collect(),
+                        old: Some(entry.edge),
+                    });
+                }
+            }
+            if !changes.is_empty() {
+                write_lists(files, log, locks, &changes, HeapTid::default())?;
+                written += changes.len() as u64;
+            }
+        }
+        Ok(written)
     }
 
     /// Runs repair tasks (from a queue): each vertex's list is read as it is now and, if it

@@ -72,9 +72,12 @@ pub struct ConsolidateReport {
     /// Repairs handed out as tasks ([`Index::consolidate_handing_out`]).
     pub repairs_deferred: u64,
     pub vertices_freed: u64,
-    /// Doomed vertices kept for the next VACUUM: a list whose repair was handed out may
-    /// still lead to them.
+    /// Doomed vertices kept for the next VACUUM: a list whose repair was handed out still
+    /// points at them.
     pub vertices_held: u64,
+    /// Lists of held vertices that pointed at vertices this consolidation freed, rewritten
+    /// without them.
+    pub held_lists_trimmed: u64,
     /// Deleted vertices kept as entry points.
     pub vertices_kept: u64,
     pub lists_compacted: u64,
@@ -193,17 +196,15 @@ impl Index {
         let (deleted_lists, mut to_repair) = (scan.deleted_lists, scan.to_repair);
 
         // 2. Hand repairs out (LIOS), then repair the rest, one page of lists at a time.
+        let mut held: Vec<VertexId> = Vec::new();
         if let Some(sink) = sink {
-            let handed = hand_out(
-                sink,
-                &mut to_repair,
-                &scan.doomed_out,
-                &deleted_lists,
-                &mut doomed,
-            );
-            (report.repairs_deferred, report.vertices_held) = handed;
+            (report.repairs_deferred, held) =
+                hand_out(sink, &mut to_repair, &scan.doomed_out, &mut doomed);
+            report.vertices_held = held.len() as u64;
         }
         let is_doomed = |v: VertexId| doomed.get(v as usize).copied().unwrap_or(false);
+        // Held vertices stay traversable: their lists must not lead to what step 3 frees.
+        report.held_lists_trimmed = self.trim_held_lists(log, locks, &held, &is_doomed, cancel)?;
         let spp = files.edge_layout().slots_per_page();
         // Repairs read no vectors: PQ reconstructions, each computed once.
         let mut vectors = VectorCache::new(self);
