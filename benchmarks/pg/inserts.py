@@ -443,8 +443,8 @@ def main():
           f"P99 {averages['search_p99_ms'] or 0:.2f} ms"
           + (f", recall@10 {averages['recall']:.4f}" if averages["recall"] is not None else ""))
     if navis:
-        print(f"lists written per insert {averages['lists_written'] or 0:.1f}; navis_verify after "
-              f"VACUUM {verify}; recall@10 over {len(queries)} queries against exact top-10 of the "
+        print(f"lists written per insert {averages['lists_written'] or 0:.1f}; final VACUUM "
+              f"{final_vacuum_s:.1f} s; navis_verify after VACUUM {verify}; recall@10 over {len(queries)} queries against exact top-10 of the "
               f"{present} rows: {r:.4f}")
     else:
         print(f"final VACUUM {final_vacuum_s:.1f} s; index {index_main_bytes / 2**20:.1f} MiB; "
