@@ -244,17 +244,24 @@ pub fn run_tasks(open: &OpenIndex, tag: u64, max: usize, scan: usize, who: Count
     tasks.len()
 }
 
-/// VACUUM: runs every queued task of the index (before it frees vertices or reconnects).
-pub fn drain(index: pg_sys::Relation, open: &OpenIndex) {
+/// VACUUM: runs every queued task of the index (before it frees vertices or reconnects);
+/// returns how many it took.
+pub fn drain(index: pg_sys::Relation, open: &OpenIndex) -> usize {
     // SAFETY: reads shared recovery state.
     if unsafe { pg_sys::RecoveryInProgress() } {
-        return;
+        return 0;
     }
     let Some((queue, _)) = queue() else {
-        return;
+        return 0;
     };
     let tag = tag_of(index, open.build_id);
-    while run_tasks(open, tag, 64, queue.capacity(), Count::RunByVacuum) > 0 {
+    let mut taken = 0;
+    loop {
+        let took = run_tasks(open, tag, 64, queue.capacity(), Count::RunByVacuum);
+        if took == 0 {
+            return taken;
+        }
+        taken += took;
         pgrx::check_for_interrupts!();
     }
 }

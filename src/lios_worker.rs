@@ -116,6 +116,21 @@ pub extern "C-unwind" fn navis_lios_worker_main(arg: pg_sys::Datum) {
     // an ERROR ends the worker, and only releases this worker's current ticket.
     unsafe { pg_sys::before_shmem_exit(Some(release_at_exit), pg_sys::Datum::from(0usize)) };
     BackgroundWorker::connect_worker_to_spi_by_oid(Some(pg_sys::Oid::from(ticket.database)), None);
+    pgrx::log!("navis lios worker started for database {}", ticket.database);
+    let mut ran_total = 0usize;
+    let why = run_until_done(registry, &mut ticket, &mut ran_total);
+    pgrx::log!(
+        "navis lios worker for database {} exiting ({why}) after running {ran_total} tasks",
+        ticket.database
+    );
+}
+
+/// The worker's loop; returns why it ends.
+fn run_until_done(
+    registry: &WorkerRegistry,
+    ticket: &mut Ticket,
+    ran_total: &mut usize,
+) -> &'static str {
     let mut idle_since = now_us();
     loop {
         if BackgroundWorker::sighup_received() {
@@ -124,33 +139,35 @@ pub extern "C-unwind" fn navis_lios_worker_main(arg: pg_sys::Datum) {
             unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
         }
         if !guc::LIOS_WORKER.get() {
-            return; // turned off (release_at_exit gives the slot up)
+            return "navis.lios_worker is off"; // release_at_exit gives the slot up
         }
         let now = now_us();
-        if !registry.beat(ticket, now) {
-            return; // presumed gone and replaced
+        if !registry.beat(*ticket, now) {
+            return "presumed gone and replaced by another worker";
         }
         let mut wait = POLL;
         if registry.searches_quiet(now, QUIET.as_micros() as i64) {
-            let ran = BackgroundWorker::transaction(|| run_some(ticket.database));
+            let database = ticket.database;
+            let ran = BackgroundWorker::transaction(move || run_some(database));
+            *ran_total += ran;
             if ran > 0 {
                 idle_since = now_us();
                 wait = Duration::ZERO;
             } else if now - idle_since >= IDLE_EXIT.as_micros() as i64 {
-                match exit_or_continue(registry, ticket) {
+                match exit_or_continue(registry, *ticket) {
                     Some(next) => {
-                        ticket = next;
+                        *ticket = next;
                         CURRENT_TICKET.store(ticket.to_word(), Ordering::Relaxed);
                         idle_since = now_us();
                     }
-                    None => return,
+                    None => return "no task for 10 s",
                 }
             }
         } else {
             wait = QUIET;
         }
         if !BackgroundWorker::wait_latch(Some(wait)) || shutdown_requested() {
-            return; // SIGTERM (a fast or smart shutdown) or postmaster death
+            return "shutdown";
         }
     }
 }
