@@ -12,17 +12,32 @@ build_rows() {
 # navis's build files in the temporary-file directory (spool and list files).
 build_files() { val "SELECT count(*) FROM pg_ls_tmpdir() WHERE name LIKE 'pgsql_tmp_navis_build%'"; }
 
-# Polls pg_stat_progress_create_index every 20 ms until the CREATE INDEX of pid $1 ends;
+# Polls pg_stat_progress_create_index until the CREATE INDEX running in another session ends;
 # prints each distinct (phase, tuples_total, whether tuples_done <= tuples_total) seen (the
 # scan counts rows against no total).
 watch_progress() {
-  local pid=$1
-  while kill -0 "$pid" 2>/dev/null; do
-    sql -c "SELECT phase || '|' || tuples_total || '|' ||
-                   (tuples_done <= tuples_total OR phase LIKE '%scanning table')
-              FROM pg_stat_progress_create_index" 2>/dev/null || true
-    sleep 0.02
-  done | sort -u
+  # One session samples every 2 ms, clearing its statistics snapshot each time, until the
+  # build it saw ends (or none starts within 60 s); each distinct row is raised once as a
+  # NOTICE. (A new psql per sample every 20 ms once missed the short partitioning phase.)
+  sql -c "DO \$\$
+    DECLARE r record; seen text[] := '{}'; started boolean := false; t0 timestamptz := clock_timestamp();
+    BEGIN
+      LOOP
+        PERFORM pg_stat_clear_snapshot();
+        FOR r IN SELECT phase || '|' || tuples_total || '|' ||
+                        (tuples_done <= tuples_total OR phase LIKE '%scanning table') AS s
+                   FROM pg_stat_progress_create_index LOOP
+          started := true;
+          IF NOT r.s = ANY (seen) THEN
+            seen := seen || r.s;
+            RAISE NOTICE 'progress %', r.s;
+          END IF;
+        END LOOP;
+        EXIT WHEN started AND NOT FOUND;
+        EXIT WHEN NOT started AND clock_timestamp() - t0 > interval '60 seconds';
+        PERFORM pg_sleep(0.002);
+      END LOOP;
+    END \$\$" 2>&1 | sed -n 's/^NOTICE:  progress //p' | sort -u
 }
 
 # A build of 40,000 rows at 4MB of maintenance_work_mem runs memory-bounded: another session
@@ -35,7 +50,7 @@ test_memory_bounded_build_progress() {
   cluster_psql "$DIR" "$PORT" -v ON_ERROR_STOP=1 -At -c "SET maintenance_work_mem = '4MB'" \
     -c "CREATE INDEX mb_v ON mb_rows USING navis (v)" >"$DIR/mb_build.out" 2>&1 &
   local pid=$!
-  local seen; seen=$(watch_progress "$pid")
+  local seen; seen=$(watch_progress)
   wait "$pid" || { fail memory_bounded_build_progress "CREATE INDEX failed: $(cat "$DIR/mb_build.out")"; return; }
   grep -q 'about [0-9]* overlapping partitions of at most' "$DIR/mb_build.out" ||
     { fail memory_bounded_build_progress "no NOTICE naming the partitions: $(cat "$DIR/mb_build.out")"; return; }
