@@ -118,7 +118,7 @@ pub fn insert_row(index: pg_sys::Relation, open: &OpenIndex, vector: &[f32], tid
     };
     let mut reader = open.reader();
     let locks = open.locks();
-    let outcome = crate::lios::with_insert_sink(index, open, |sink| match sink {
+    let outcome = crate::lios::with_task_sink(index, open, |sink| match sink {
         Some(sink) => open
             .index
             .insert_deferring(&mut reader, &locks, vector, tid, params, sink),

@@ -172,8 +172,8 @@ pub fn tag_of(index: pg_sys::Relation, build_id: u64) -> u64 {
 }
 
 /// On a primary with a queue and `navis.lios = on`: runs `f` with a sink for `index`'s
-/// back-edges and repairs; otherwise `f(None)`.
-pub fn with_insert_sink<R>(
+/// tasks (an insert's back-edges, a VACUUM's repairs); otherwise `f(None)`.
+pub fn with_task_sink<R>(
     index: pg_sys::Relation,
     open: &OpenIndex,
     f: impl FnOnce(Option<&QueueSink<'_, '_>>) -> R,

@@ -46,9 +46,10 @@ fn registry() -> Option<&'static WorkerRegistry> {
     lios::queue().map(|(_, region)| &region.workers)
 }
 
-/// A search is running: the worker waits for a quiet spell.
+/// A search is running: the worker waits for a quiet spell. Every scan calls this per row,
+/// so without a worker it reads no clock (a few atomic loads).
 pub fn note_search() {
-    if let Some(registry) = registry() {
+    if let Some(registry) = registry().filter(|r| r.workers_active()) {
         registry.note_search(now_us());
     }
 }

@@ -135,7 +135,7 @@ pub unsafe extern "C-unwind" fn amvacuumcleanup(
     if open.index.deleted_len() > 0 && open.index.deleted_fraction() >= threshold {
         // With LIOS, the list repairs go to the task queue (searches and the background
         // worker run them; the next VACUUM runs what is left, then frees what they kept).
-        let consolidated = crate::lios::with_insert_sink(index, &open, |sink| match sink {
+        let consolidated = crate::lios::with_task_sink(index, &open, |sink| match sink {
             Some(sink) => open
                 .index
                 .consolidate_handing_out(&locks, &interrupt_pending, sink),

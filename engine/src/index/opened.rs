@@ -175,7 +175,6 @@ impl Index {
         self.files.manifest().vertex_count > 0
     }
 
-    /// Published and not lazily deleted.
     /// Whether VACUUM's reconnect and consolidation first give vertices left with few
     /// in-edges their back-edges again (`update::back_edges`): for indexes whose inserts
     /// deferred back-edges (LIOS), whose queued tasks a shutdown or crash loses. Off by
@@ -189,6 +188,7 @@ impl Index {
         self.restore_lost_back_edges.load(Ordering::Relaxed)
     }
 
+    /// Published and not lazily deleted.
     pub fn is_live_undeleted(&self, v: VertexId) -> bool {
         self.files
             .indirection()

@@ -123,6 +123,13 @@ impl WorkerRegistry {
         }
     }
 
+    /// Whether any worker is starting or running (only then does a search's time matter).
+    pub fn workers_active(&self) -> bool {
+        self.workers
+            .iter()
+            .any(|w| w.state.load(Ordering::Relaxed) != FREE)
+    }
+
     /// A search ran at `now_us` (stored only when it moves the mark by a millisecond, so
     /// that concurrent searches do not all write the same cache line).
     pub fn note_search(&self, now_us: i64) {
@@ -297,8 +304,10 @@ mod tests {
     #[test]
     fn one_worker_per_database_until_it_exits() {
         let r = WorkerRegistry::new();
+        assert!(!r.workers_active());
         let first = started(r.note_insert(index(7, 5), 0, true));
         assert_eq!(first.database, 5);
+        assert!(r.workers_active(), "a starting worker counts");
         // starting: later inserts of the database and of its other indexes launch nothing
         assert_eq!(r.note_insert(index(7, 5), 10, true), Launch::NotNeeded);
         assert_eq!(r.note_insert(index(8, 5), 20, true), Launch::NotNeeded);
@@ -311,6 +320,8 @@ mod tests {
         assert_eq!(r.indexes_of(6), vec![index(9, 6)]);
         r.release(first);
         assert!(!r.beat(first, 60), "a released ticket is void");
+        r.release(other);
+        assert!(!r.workers_active());
         let again = started(r.note_insert(index(7, 5), 70, true));
         assert_eq!(Ticket::from_word(again.to_word()), Some(again));
     }

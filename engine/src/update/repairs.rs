@@ -171,11 +171,12 @@ impl Index {
         let spp = files.edge_layout().slots_per_page();
         let mut vectors = VectorCache::new(self);
         let mut page_buf = vec![0u8; files.edge_layout().page_size()];
+        let mut doomed_buf = vec![0u8; files.edge_layout().page_size()];
         let mut report = RepairReport::default();
-        let mut group: Vec<VertexId> = vertices.to_vec();
-        group.sort_unstable();
-        group.dedup();
-        for group in group.chunks(spp) {
+        let mut sorted: Vec<VertexId> = vertices.to_vec();
+        sorted.sort_unstable();
+        sorted.dedup();
+        for group in sorted.chunks(spp) {
             let _stripes = StripeGuard::lock(locks, group);
             let mut changes: Vec<ListChange> = Vec::new();
             for &u in group {
@@ -197,7 +198,7 @@ impl Index {
                     &is_doomed,
                     |w| {
                         reads += 1;
-                        self.doomed_list(w)
+                        self.doomed_list(w, &mut doomed_buf)
                     },
                     &mut vectors,
                 );
@@ -221,14 +222,13 @@ impl Index {
     /// vertex's list but a compaction moving it (until the VACUUM that frees it, which runs
     /// the queued repairs first), so a read that finds the slot moved reads again. Empty if
     /// it keeps moving or `w` is gone: the repair then only drops `w`.
-    fn doomed_list(&self, w: VertexId) -> Vec<VertexId> {
+    fn doomed_list(&self, w: VertexId, buf: &mut [u8]) -> Vec<VertexId> {
         let files = self.files();
-        let mut buf = vec![0u8; files.edge_layout().page_size()];
         for _ in 0..3 {
             let Some(entry) = files.indirection().entry(w) else {
                 return Vec::new();
             };
-            if let Ok(list) = read_current_list(files, w, entry.edge, &mut buf) {
+            if let Ok(list) = read_current_list(files, w, entry.edge, buf) {
                 return list;
             }
         }
