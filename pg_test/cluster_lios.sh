@@ -8,6 +8,13 @@
 LDIR=/tmp/navis-clustertest-lios
 LPORT=54341
 
+# The tests' cluster: no NAVIS-Cache, no page-cache probe, a 4,096-task queue; more
+# postgresql.conf lines as arguments.
+lios_cluster_start() {
+  NAVIS_PAGE_CACHE=0 cluster_start "$LDIR" "$LPORT" "shared_preload_libraries = 'navis'" "navis.cache_size = 0" \
+    "navis.lios_queue_size = 4096" "$@"
+}
+
 lsql() { cluster_psql "$LDIR" "$LPORT" -v ON_ERROR_STOP=1 -At "$@"; }
 lval() { lsql -c "$1"; }
 lstat() { lval "SELECT value::bigint FROM navis_lios_stats WHERE name = '$1'"; }
@@ -50,8 +57,7 @@ lios_searches() {
 # Inserts with navis.lios on leave back-edges queued, searches run them in their read
 # stalls, VACUUM runs the rest; the graph ends clean, with the recall of inline inserts.
 test_lios_deferred_back_edges_searches_and_vacuum() {
-  NAVIS_PAGE_CACHE=0 cluster_start "$LDIR" "$LPORT" "shared_preload_libraries = 'navis'" "navis.cache_size = 0" \
-    "navis.lios_queue_size = 4096" "navis.lios_worker = off" || { fail lios "cluster did not start"; return; }
+  lios_cluster_start "navis.lios_worker = off" || { fail lios "cluster did not start"; return; }
   lsql -c "CREATE EXTENSION navis"
   lsql -c "CREATE TABLE li (id int, v real[])" -c "CREATE TABLE lo (id int, v real[])"
   lios_rows li 1 3000; lios_rows lo 1 3000
@@ -98,8 +104,7 @@ test_lios_deferred_back_edges_searches_and_vacuum() {
 # A hot standby's searches never run tasks.
 test_lios_full_queue_crash_and_standby() {
   local sdir=/tmp/navis-clustertest-lios-standby sport=54342
-  [ -f "$LDIR/data/postmaster.pid" ] || NAVIS_PAGE_CACHE=0 cluster_start "$LDIR" "$LPORT" "shared_preload_libraries = 'navis'" \
-    "navis.cache_size = 0" "navis.lios_queue_size = 4096" "navis.lios_worker = off"
+  [ -f "$LDIR/data/postmaster.pid" ] || lios_cluster_start "navis.lios_worker = off"
   lsql -c "CREATE EXTENSION IF NOT EXISTS navis"
   lsql -c "DROP TABLE IF EXISTS lf" -c "CREATE TABLE lf (id int, v real[])"
   lios_rows lf 1 2000
@@ -169,8 +174,7 @@ lios_workers_running() {
 # no search has run for a while, never while searches run, exits when turned off, and drops
 # the tasks of an index rebuilt by REINDEX (their vertex ids mean nothing any more).
 test_lios_background_worker() {
-  NAVIS_PAGE_CACHE=0 cluster_start "$LDIR" "$LPORT" "shared_preload_libraries = 'navis'" "navis.cache_size = 0" \
-    "navis.lios_queue_size = 4096" || { fail lios_worker "cluster did not start"; return; }
+  lios_cluster_start || { fail lios_worker "cluster did not start"; return; }
   lsql -c "CREATE EXTENSION navis"
   lsql -c "CREATE TABLE lw (id int, v real[])" -c "CREATE TABLE lx (id int, v real[])"
   lios_rows lw 1 2000; lios_rows lx 1 2000
@@ -251,8 +255,7 @@ test_lios_background_worker() {
 # the next VACUUM runs what is left and frees them; the index ends as an inline VACUUM leaves
 # its twin.
 test_lios_vacuum_hands_out_repairs() {
-  NAVIS_PAGE_CACHE=0 cluster_start "$LDIR" "$LPORT" "shared_preload_libraries = 'navis'" "navis.cache_size = 0" \
-    "navis.lios_queue_size = 4096" "navis.lios_worker = off" || { fail lios_repairs "cluster did not start"; return; }
+  lios_cluster_start "navis.lios_worker = off" || { fail lios_repairs "cluster did not start"; return; }
   lsql -c "CREATE EXTENSION navis"
   lsql -c "CREATE TABLE lr (id int, v real[])" -c "CREATE TABLE lq (id int, v real[])"
   lios_rows lr 1 3000; lios_rows lq 1 3000

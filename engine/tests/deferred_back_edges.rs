@@ -3,15 +3,17 @@
 //! inserts leave (degree bounds, reachability) with recall within half a point; the new row
 //! must be searchable before any task runs; tasks that lost their meaning are dropped.
 
+mod lios_common;
+use lios_common::{copy_dir, open, row_of, tid};
+
 use navis_engine::dataset::{brute_force_knn, recall_at_k, synthetic_clustered};
 use navis_engine::index::{build_index, Index, IndexParams};
 use navis_engine::lios::{QueueHeader, QueueSink, Task, TaskKind, TaskQueue, TaskSlot};
 use navis_engine::search::{CasrMode, SearchCursor, SearchParams};
 use navis_engine::storage::HeapTid;
 use navis_engine::update::write::read_current_list;
-use navis_engine::update::{recover, BackEdge, BackEdgeSink, InsertParams, LocalLocks};
+use navis_engine::update::{BackEdge, BackEdgeSink, InsertParams, LocalLocks};
 use navis_engine::{Metric, VertexId};
-use std::path::Path;
 
 const DIM: usize = 32;
 const BASE: usize = 1000;
@@ -27,30 +29,6 @@ fn params() -> IndexParams {
         pq_bytes: Some(8),
         threads: 2,
         ..IndexParams::default()
-    }
-}
-
-fn tid(row: usize) -> HeapTid {
-    HeapTid {
-        block: row as u32 / 100,
-        offset: (row % 100 + 1) as u16,
-    }
-}
-
-fn row_of(t: HeapTid) -> usize {
-    t.block as usize * 100 + t.offset as usize - 1
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), target).unwrap();
-        }
     }
 }
 
@@ -117,13 +95,6 @@ fn fixture() -> Fixture {
         rows: rows.to_vec(),
         queries: queries.to_vec(),
     }
-}
-
-/// The index in `dir`, its allocator state derived, ready for writes.
-fn open(dir: &Path, locks: &LocalLocks) -> Index {
-    let index = Index::open(dir).unwrap();
-    recover(index.files(), locks, 1).unwrap();
-    index
 }
 
 /// Pops up to `n` tasks of the test's index and runs them.
