@@ -1,9 +1,9 @@
 # Cluster tests of LIOS (issue 18, RFC 0004), sourced by run_cluster_tests.sh. They run on a
 # cluster of their own that reads as an index larger than memory does: no NAVIS-Cache and no
 # page-cache probe (NAVIS_PAGE_CACHE=0), so that every search hop waits on O_DIRECT reads and
-# has a stall to fill; and a small queue (4,096 tasks, so that inserts fill it). The first two
-# run without the background worker (navis.lios_worker = off), which would otherwise drain the
-# queue they inspect; the third is about the worker.
+# has a stall to fill; and a small queue (4,096 tasks, so that inserts fill it). All but
+# test_lios_background_worker run without the background worker (navis.lios_worker = off),
+# which would otherwise drain the queue they inspect.
 
 LDIR=/tmp/navis-clustertest-lios
 LPORT=54341
@@ -284,4 +284,99 @@ test_lios_vacuum_hands_out_repairs() {
     { fail lios_repairs "recall: $r_lr/400 with handed-out repairs vs $r_lq/400 inline"; cluster_stop "$LDIR"; return; }
   cluster_stop "$LDIR"
   echo "ok       lios_vacuum_hands_out_repairs ($queued repairs queued, $held deleted vertices kept; searches ran $by_search; the next VACUUM freed them: $after as the inline twin; recall@10 $r_lr/400 vs $r_lq/400)"
+}
+
+# 3-d rows with many duplicates: 35 distinct points, $2..$3 ids into table $1.
+lios_dup_rows() {
+  lsql -c "INSERT INTO $1 SELECT i, ARRAY[(i % 7)::real, ((i / 7) % 5)::real, 1] FROM generate_series($2, $3) i"
+}
+
+# The distances of the top-10 of 30 queries, by index scan (on the server in $1/$2) or, with
+# $3 = exact, by sequential scan: equal when the index returns as many rows as it should and
+# the nearest ones (which of several duplicates it returns does not matter).
+lios_dup_answers() {
+  local plan="SET enable_seqscan = off; SET navis.casr = off;"
+  [ "${4:-}" = exact ] && plan="SET enable_indexscan = off; SET enable_bitmapscan = off;"
+  cluster_psql "$1" "$2" -At -v ON_ERROR_STOP=1 -c "$plan
+    SELECT string_agg(d, ';' ORDER BY q) FROM (
+      SELECT q, string_agg(round((v <-> p)::numeric, 3)::text, ',' ORDER BY v <-> p) d
+      FROM (SELECT q, ARRAY[(q % 7) + 0.3, ((q / 7) % 5) - 0.2, 1.1]::real[] AS p FROM generate_series(1, 30) q) qs
+      CROSS JOIN LATERAL (SELECT v FROM $3 ORDER BY v <-> qs.p LIMIT 10) t GROUP BY q) s" 2>&1 | tail -1
+}
+
+# Repairs handed out by VACUUM on the shapes that break graphs (3-d duplicates, a table shrunk
+# to three rows), replayed by a hot standby, then lost in a crash: every scan returns the rows
+# an exact scan returns, on the primary and on the standby, before and after the crash; the
+# restarted server's VACUUM finds the lists the lost repairs would have fixed and leaves the
+# index as an inline VACUUM leaves its twin.
+test_lios_repairs_duplicates_crash_and_standby() {
+  local sdir=/tmp/navis-clustertest-lios-standby sport=54342
+  lios_cluster_start "navis.lios_worker = off" || { fail lios_shapes "cluster did not start"; return; }
+  lsql -c "CREATE EXTENSION navis"
+  # ldi and l3i: twins VACUUMed inline, for what the index should end as
+  local t
+  for t in ld ldi l3 l3i; do lsql -c "CREATE TABLE $t (id int, v real[])"; done
+  lios_dup_rows ld 1 2000; lios_dup_rows ldi 1 2000; lios_dup_rows l3 1 1000; lios_dup_rows l3i 1 1000
+  for t in ld ldi l3 l3i; do lsql -c "CREATE INDEX ${t}_v ON $t USING navis (v)"; done
+  NAVIS_PAGE_CACHE=0 standby_start "$LDIR" "$LPORT" "$sdir" "$sport" "shared_preload_libraries = 'navis'" \
+    "navis.cache_size = 0" "navis.lios_queue_size = 4096" ||
+    { fail lios_shapes "standby did not start"; cluster_stop "$LDIR"; return; }
+  lsql -c "DELETE FROM ld WHERE id % 3 = 0" -c "DELETE FROM l3 WHERE id > 3" \
+    -c "DELETE FROM ldi WHERE id % 3 = 0" -c "DELETE FROM l3i WHERE id > 3" -c "VACUUM ldi" -c "VACUUM l3i"
+  lsql -c "SET navis.lios = on" -c "VACUUM ld" -c "VACUUM l3"
+  local queued held3; queued=$(lstat queue_length)
+  held3=$(lval "SELECT deleted FROM navis_verify('l3_v')")
+  [ "$queued" -gt 100 ] && [ "$held3" -gt 0 ] ||
+    { fail lios_shapes "VACUUM with LIOS queued $queued repairs, kept $held3 deleted vertices of l3"; cluster_stop "$sdir"; cluster_stop "$LDIR"; return; }
+  lsql -c "SET navis.lios = on; SET enable_seqscan = off;
+    DO \$\$ BEGIN FOR i IN 1..150 LOOP
+      PERFORM id FROM ld ORDER BY v <-> ARRAY[(i % 11) * 0.6, (i % 13) * 0.4, 1]::real[] LIMIT 10;
+    END LOOP; END \$\$;" >/dev/null
+  local by_search; by_search=$(lstat tasks_run_by_searches)
+  local exact_ld exact_l3
+  exact_ld=$(lios_dup_answers "$LDIR" "$LPORT" ld exact); exact_l3=$(lios_dup_answers "$LDIR" "$LPORT" l3 exact)
+  standby_catch_up "$LDIR" "$LPORT" "$sdir" "$sport" ||
+    { fail lios_shapes "standby did not catch up"; cluster_stop "$sdir"; cluster_stop "$LDIR"; return; }
+  local stage server got want table lost
+  for stage in queued after-crash after-vacuum; do
+    if [ $stage = after-crash ]; then
+      # The repairs still queued are lost with the server.
+      lost=$(lstat queue_length)
+      runuser -u postgres -- "$PGBIN/pg_ctl" -D "$LDIR/data" -m immediate -w stop >/dev/null
+      runuser -u postgres -- env -u RUST_BACKTRACE NAVIS_PAGE_CACHE=0 "$PGBIN/pg_ctl" -D "$LDIR/data" -l "$LDIR/server.log" -w start >/dev/null
+      [ "$(lstat queue_length)" = 0 ] || { fail lios_shapes "queue not empty after the crash"; cluster_stop "$sdir"; cluster_stop "$LDIR"; return; }
+    elif [ $stage = after-vacuum ]; then
+      # (navis.lios off, its default: the VACUUM repairs inline the lists whose repairs the
+      # crash lost and frees the vertices they held)
+      lsql -c "VACUUM ld" -c "VACUUM l3"
+    fi
+    for table in ld l3; do
+      local verify; verify=$(lval "SELECT problems, dangling_edges FROM navis_verify('${table}_v')")
+      [ "$verify" = "0|0" ] || { fail lios_shapes "$stage: navis_verify ${table}_v $verify"; cluster_stop "$sdir"; cluster_stop "$LDIR"; return; }
+      want=$exact_ld; [ $table = l3 ] && want=$exact_l3
+      for server in primary standby; do
+        if [ $server = primary ]; then
+          got=$(lios_dup_answers "$LDIR" "$LPORT" $table)
+        else
+          standby_catch_up "$LDIR" "$LPORT" "$sdir" "$sport" ||
+            { fail lios_shapes "$stage: standby did not catch up"; cluster_stop "$sdir"; cluster_stop "$LDIR"; return; }
+          got=$(lios_dup_answers "$sdir" "$sport" $table)
+        fi
+        [ -n "$want" ] && [ "$got" = "$want" ] ||
+          { fail lios_shapes "$stage, $server, $table: top-10 distances '${got:0:160}', exact '${want:0:160}'"; cluster_stop "$sdir"; cluster_stop "$LDIR"; return; }
+      done
+    done
+  done
+  # (deleted entrance-graph vertices and the medoid stay as entry points, so `deleted` is
+  # what the inline twin keeps, not 0)
+  local of="SELECT string_agg(clean || '|' || deleted || '|' || unreachable, ',' ORDER BY i)
+      FROM (SELECT 1 i, (navis_verify('ld_v')).* UNION ALL SELECT 2, (navis_verify('l3_v')).*) v"
+  local final standby_final twins
+  final=$(lval "$of"); twins=$(lval "${of//_v\'/i_v\'}")
+  standby_final=$(cluster_psql "$sdir" "$sport" -At -c "$of")
+  cluster_stop "$sdir"
+  cluster_stop "$LDIR"
+  [[ "$final" =~ ^true\|[0-9]+\|0,true\|[0-9]+\|0$ ]] && [ "$final" = "$twins" ] && [ "$standby_final" = "$final" ] ||
+    { fail lios_shapes "after the VACUUM that followed the crash: clean|deleted|unreachable $final, standby $standby_final, inline twins $twins"; return; }
+  echo "ok       lios_repairs_duplicates_crash_and_standby (3-d rows, 35 distinct points: $queued repairs queued, $held3 of l3's 997 deleted vertices kept, searches ran $by_search; top-10 distances of 30 queries equal to an exact scan on primary and standby with repairs queued, after a crash lost $lost of them, and after VACUUM; l3 shrunk to 3 rows returns all 3; ends $final on both, as the inline twins)"
 }
