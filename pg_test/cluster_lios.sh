@@ -43,7 +43,8 @@ lios_recall() {
 }
 
 # 600 ordered searches in one session with navis.lios on (one backend's pacing: its tuner
-# records a baseline first, then gives stalls their budget).
+# records a baseline first, then gives stalls their budget). Returns once the session's
+# backend has exited: it puts the task group it had under way back in the queue as it exits.
 lios_searches() {
   lsql -c "SET navis.lios = on; SET enable_seqscan = off;
     DO \$\$ DECLARE q real[]; BEGIN
@@ -52,6 +53,16 @@ lios_searches() {
           FROM generate_series(0, 31) k;
         PERFORM id FROM $1 ORDER BY v <-> q LIMIT 10;
       END LOOP; END \$\$;" >/dev/null
+  lios_wait_alone
+}
+
+# Waits (up to 10 s) until no other client backend is connected.
+lios_wait_alone() {
+  local i
+  for ((i = 0; i < 100; i++)); do
+    [ "$(lval "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()")" = 0 ] && return
+    sleep 0.1
+  done
 }
 
 # Inserts with navis.lios on leave back-edges queued, searches run them in their read
@@ -332,6 +343,7 @@ test_lios_repairs_duplicates_crash_and_standby() {
     DO \$\$ BEGIN FOR i IN 1..150 LOOP
       PERFORM id FROM ld ORDER BY v <-> ARRAY[(i % 11) * 0.6, (i % 13) * 0.4, 1]::real[] LIMIT 10;
     END LOOP; END \$\$;" >/dev/null
+  lios_wait_alone
   local by_search; by_search=$(lstat tasks_run_by_searches)
   local exact_ld exact_l3
   exact_ld=$(lios_dup_answers "$LDIR" "$LPORT" ld exact); exact_l3=$(lios_dup_answers "$LDIR" "$LPORT" l3 exact)

@@ -8,9 +8,12 @@
 //! - `aminsert` with `navis.lios = on` uses the engine's deferring insert with a sink over the
 //!   queue; a full queue hands the back-edges back and the inserting session runs them.
 //! - A scan installs [`SearchStalls`] as the engine's stall work: between submitting a hop's
-//!   reads and waiting for them, it runs as many of its own index's tasks as the budget
-//!   allows. The budget is the engine's overrun-bounded τ_est per number of reads in flight,
-//!   times the utilisation ratio of the engine's tuner, both per backend.
+//!   reads and waiting for them, it works on a group of its own index's back-edge tasks a
+//!   step at a time ([`SlicedBackEdges`]: read, extend with a resumable prune, commit), looking
+//!   at the clock between steps, until the budget is spent; the group it has under way stays
+//!   with the backend for its next scan. Repairs run one at a time. The budget is the
+//!   engine's overrun-bounded τ_est per number of reads in flight, times the utilisation
+//!   ratio of the engine's tuner, both per backend.
 //! - VACUUM runs every queued task of its index first (before it frees vertices).
 //! - A background worker per database drains the queue while no search runs
 //!   (`lios_worker.rs`).
@@ -23,7 +26,7 @@ use navis_engine::lios::{
     IdleBudgets, QueueHeader, QueueSink, Task, TaskKind, TaskQueue, TaskSlot, UtilisationTuner,
     WorkerRegistry,
 };
-use navis_engine::update::BackEdge;
+use navis_engine::update::{BackEdge, SlicedBackEdges};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use std::cell::RefCell;
@@ -33,10 +36,6 @@ use std::time::{Duration, Instant};
 
 const SHMEM_NAME: &CStr = c"navis lios queue";
 
-/// Tasks one run of a search takes at most (one page group of lists).
-const MAX_TASKS_PER_STALL: usize = 8;
-/// A stall with a budget runs one task to re-measure the cost after this many ran none.
-const REMEASURE_EVERY: u64 = 64;
 /// Queue slots a search looks through for its own index's tasks.
 const SCAN_SLOTS: usize = 512;
 
@@ -207,9 +206,17 @@ pub fn run_tasks(open: &OpenIndex, tag: u64, max: usize, scan: usize, who: Count
     };
     let mut tasks: Vec<Task> = Vec::new();
     queue.pop_for(tag, max, scan, &mut tasks);
+    let (edges, repairs) = split_tasks(&tasks);
+    run_back_edges(open, &edges, who);
+    run_repairs(open, &repairs, who);
+    tasks.len()
+}
+
+/// The back-edges and the repairs among `tasks`.
+fn split_tasks(tasks: &[Task]) -> (Vec<BackEdge>, Vec<u32>) {
     let mut edges: Vec<BackEdge> = Vec::new();
     let mut repairs: Vec<u32> = Vec::new();
-    for t in &tasks {
+    for t in tasks {
         match t.kind {
             TaskKind::BackEdge { to } => edges.push(BackEdge {
                 vertex: t.vertex,
@@ -218,30 +225,38 @@ pub fn run_tasks(open: &OpenIndex, tag: u64, max: usize, scan: usize, who: Count
             TaskKind::Repair => repairs.push(t.vertex),
         }
     }
-    let locks = open.locks();
-    let failed = |n: usize, e: navis_engine::index::IndexError| {
-        count(Count::Failed, n as u64);
-        pgrx::debug1!("navis: LIOS tasks failed and were dropped: {e}");
-    };
-    if !edges.is_empty() {
-        match open.index.run_back_edges(&locks, &edges) {
-            Ok(report) => {
-                count(who, report.done);
-                count(Count::Dropped, report.dropped);
-            }
-            Err(e) => failed(edges.len(), e),
-        }
+    (edges, repairs)
+}
+
+fn tasks_failed(n: usize, e: navis_engine::index::IndexError) {
+    count(Count::Failed, n as u64);
+    pgrx::debug1!("navis: LIOS tasks failed and were dropped: {e}");
+}
+
+fn run_back_edges(open: &OpenIndex, edges: &[BackEdge], who: Count) {
+    if edges.is_empty() {
+        return;
     }
-    if !repairs.is_empty() {
-        match open.index.run_repairs(&locks, &repairs) {
-            Ok(report) => {
-                count(who, report.done);
-                count(Count::Dropped, report.dropped);
-            }
-            Err(e) => failed(repairs.len(), e),
+    match open.index.run_back_edges(&open.locks(), edges) {
+        Ok(report) => {
+            count(who, report.done);
+            count(Count::Dropped, report.dropped);
         }
+        Err(e) => tasks_failed(edges.len(), e),
     }
-    tasks.len()
+}
+
+fn run_repairs(open: &OpenIndex, repairs: &[u32], who: Count) {
+    if repairs.is_empty() {
+        return;
+    }
+    match open.index.run_repairs(&open.locks(), repairs) {
+        Ok(report) => {
+            count(who, report.done);
+            count(Count::Dropped, report.dropped);
+        }
+        Err(e) => tasks_failed(repairs.len(), e),
+    }
 }
 
 /// VACUUM: runs every queued task of the index (before it frees vertices or reconnects);
@@ -271,10 +286,6 @@ struct Pacing {
     theta: f64,
     budgets: IdleBudgets,
     tuner: UtilisationTuner,
-    /// Running mean of one task's cost, in microseconds.
-    task_us: f64,
-    /// Stalls with a budget since one last ran a task.
-    stalls_skipped: u64,
 }
 
 thread_local! {
@@ -289,8 +300,6 @@ fn with_pacing<R>(f: impl FnOnce(&mut Pacing) -> R) -> R {
             theta,
             budgets: IdleBudgets::new(theta),
             tuner: UtilisationTuner::new(theta),
-            task_us: 0.0,
-            stalls_skipped: 0,
         });
         if pacing.theta != theta {
             pacing.theta = theta;
@@ -306,11 +315,73 @@ pub fn record_search(latency: Duration) {
     with_pacing(|p| p.tuner.record_search(latency.as_secs_f64() * 1e6));
 }
 
-/// The stall work of one scan: its own index's tasks, within the budget.
+/// The back-edge group this backend has under way, and the index (tag) it belongs to. Its
+/// tasks are out of the queue until it commits. It outlives the scan that took it: out of
+/// memory a search has only a few stalls (most of its reads hit NAVIS-Cache), fewer than a
+/// group needs, so the next scan of the same index goes on with it.
+struct PendingGroup {
+    tag: u64,
+    group: SlicedBackEdges,
+}
+
+thread_local! {
+    static PENDING: RefCell<Option<PendingGroup>> = const { RefCell::new(None) };
+}
+
+/// Whether this backend registered [`requeue_at_exit`].
+static EXIT_HOOKED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Puts a pending group's tasks back in the queue; hands the group back (nothing queued)
+/// when the queue lacks room for them all.
+fn requeue(pending: PendingGroup) -> Option<PendingGroup> {
+    // (no queue, no group: a group's tasks came from it)
+    let (queue, _) = queue()?;
+    if queue.len() + pending.group.len() > queue.capacity() {
+        return Some(pending);
+    }
+    let tag = pending.tag;
+    let mut lost = 0;
+    for edge in pending.group.into_tasks() {
+        let task = Task {
+            tag,
+            vertex: edge.vertex,
+            kind: TaskKind::BackEdge { to: edge.to },
+        };
+        // (another backend may have filled the room meanwhile)
+        lost += queue.push(task).is_err() as u64;
+    }
+    count(Count::Failed, lost);
+    None
+}
+
+/// At backend exit: the group under way goes back to the queue (if the queue is full, its
+/// tasks are lost, as a crash loses queued ones).
+#[pg_guard]
+unsafe extern "C-unwind" fn requeue_at_exit(_code: i32, _arg: pg_sys::Datum) {
+    if let Some(pending) = PENDING.with(|p| p.borrow_mut().take()) {
+        let n = pending.group.len() as u64;
+        if requeue(pending).is_some() {
+            count(Count::Failed, n);
+        }
+    }
+}
+
+/// What a stall found to do.
+enum Taken {
+    Group(SlicedBackEdges),
+    /// A repair, which ran.
+    RepairsRan,
+    Nothing,
+}
+
+/// The stall work of one scan: its own index's tasks, a slice at a time, within the
+/// budget. Back-edges run as [`SlicedBackEdges`] groups that look at the clock between
+/// steps and resume in the next stall (of this scan or the next); repairs (VACUUM's,
+/// rarer) run whole.
 pub struct SearchStalls<'a> {
     open: &'a OpenIndex,
     tag: u64,
-    /// Tasks ran in the current stall.
+    /// Work ran in the current stall.
     worked: bool,
 }
 
@@ -332,6 +403,46 @@ impl<'a> SearchStalls<'a> {
             worked: false,
         })
     }
+
+    /// The group to work on: the pending one if it is this index's, else a new one from the
+    /// queue (a pending group of another index goes back to the queue first; if there is no
+    /// room for it, it stays and this stall runs nothing).
+    fn take_group(&self) -> Taken {
+        if let Some(pending) = PENDING.with(|p| p.borrow_mut().take()) {
+            if pending.tag == self.tag {
+                return Taken::Group(pending.group);
+            }
+            if let Some(pending) = requeue(pending) {
+                PENDING.with(|p| *p.borrow_mut() = Some(pending));
+                return Taken::Nothing;
+            }
+        }
+        let Some((queue, _)) = queue() else {
+            return Taken::Nothing;
+        };
+        let mut tasks: Vec<Task> = Vec::new();
+        let max = SlicedBackEdges::max_tasks(&self.open.index);
+        queue.pop_kind(self.tag, false, max, SCAN_SLOTS, &mut tasks);
+        if tasks.is_empty() {
+            // Repairs are not sliced: one at a time, the clock read after each.
+            queue.pop_kind(self.tag, true, 1, SCAN_SLOTS, &mut tasks);
+            if tasks.is_empty() {
+                return Taken::Nothing;
+            }
+            let (_, repairs) = split_tasks(&tasks);
+            run_repairs(self.open, &repairs, Count::RunBySearches);
+            return Taken::RepairsRan;
+        }
+        let (edges, _) = split_tasks(&tasks);
+        if !EXIT_HOOKED.swap(true, Ordering::Relaxed) {
+            // SAFETY: registers a callback without an argument, once per backend; it only
+            // moves this backend's pending tasks into the queue in shared memory.
+            unsafe {
+                pg_sys::before_shmem_exit(Some(requeue_at_exit), pg_sys::Datum::from(0usize))
+            };
+        }
+        Taken::Group(SlicedBackEdges::new(&self.open.index, edges))
+    }
 }
 
 impl StallWork for SearchStalls<'_> {
@@ -341,58 +452,50 @@ impl StallWork for SearchStalls<'_> {
         if budget_us <= 0.0 {
             return;
         }
-        let probe = with_pacing(|p| {
-            p.stalls_skipped += 1;
-            p.stalls_skipped % REMEASURE_EVERY == 0
-        });
         let started = Instant::now();
-        let mut ran = 0usize;
+        let budget = Duration::from_secs_f64(budget_us / 1e6);
+        let mut out_of_time = || started.elapsed() >= budget;
+        let locks = self.open.locks();
         loop {
-            let spent = started.elapsed().as_secs_f64() * 1e6;
-            let task_us = with_pacing(|p| p.task_us);
-            // One task to learn what a task costs: at the first stall with a budget, and
-            // now and then when the estimate keeps every task out (one cold task, its lists
-            // read from the device, must not shut the stalls for good).
-            let room = if ran == 0 && (task_us == 0.0 || probe) {
-                1
-            } else {
-                ((budget_us - spent) / task_us.max(1.0)).floor() as usize
+            let mut group = match self.take_group() {
+                Taken::Group(group) => group,
+                Taken::RepairsRan => {
+                    self.worked = true;
+                    if out_of_time() {
+                        break;
+                    }
+                    continue;
+                }
+                Taken::Nothing => break,
             };
-            if room == 0 {
-                break;
+            self.worked = true;
+            // (a PostgreSQL ERROR inside unwinds past here and loses the group's tasks,
+            // as a crash loses queued ones)
+            match group.advance(&self.open.index, &locks, &mut out_of_time) {
+                Ok(Some(report)) => {
+                    count(Count::RunBySearches, report.done);
+                    count(Count::Dropped, report.dropped);
+                }
+                Ok(None) => {
+                    let pending = PendingGroup {
+                        tag: self.tag,
+                        group,
+                    };
+                    PENDING.with(|p| *p.borrow_mut() = Some(pending));
+                    break;
+                }
+                Err(e) => {
+                    tasks_failed(group.len(), e);
+                    break;
+                }
             }
-            let took = run_tasks(
-                self.open,
-                self.tag,
-                room.min(MAX_TASKS_PER_STALL),
-                SCAN_SLOTS,
-                Count::RunBySearches,
-            );
-            if took == 0 {
-                break;
-            }
-            ran += took;
-            if ran >= MAX_TASKS_PER_STALL {
+            if out_of_time() {
                 break;
             }
         }
-        if ran > 0 {
-            with_pacing(|p| p.stalls_skipped = 0);
-            self.worked = true;
-            let elapsed = started.elapsed().as_secs_f64() * 1e6;
-            with_pacing(|p| {
-                let per_task = elapsed / ran as f64;
-                // Down fast, up slowly: one task that read its lists from the device says
-                // little about the next, whose lists are likely cached.
-                let weight = if per_task < p.task_us { 0.5 } else { 0.1 };
-                p.task_us = if p.task_us == 0.0 {
-                    per_task
-                } else {
-                    (1.0 - weight) * p.task_us + weight * per_task
-                };
-            });
+        if self.worked {
             count(Count::StallsWorked, 1);
-            count(Count::WorkMicros, elapsed as u64);
+            count(Count::WorkMicros, started.elapsed().as_micros() as u64);
         }
     }
 
@@ -428,7 +531,6 @@ fn navis_lios_stats() -> TableIterator<'static, (name!(name, String), name!(valu
     with_pacing(|p| {
         rows.push(("backend_utilisation_ratio".into(), p.tuner.ratio()));
         rows.push(("backend_baseline_latency_us".into(), p.tuner.baseline()));
-        rows.push(("backend_task_us".into(), p.task_us));
         for in_flight in 1..=navis_engine::lios::budget::BUCKETS {
             rows.push((
                 format!("backend_budget_us_{in_flight}_reads"),

@@ -189,6 +189,23 @@ impl<'a> TaskQueue<'a> {
     /// queued (a search runs only its own index's tasks: it has that index open and bound).
     /// Tasks of other indexes stay where they are.
     pub fn pop_for(&self, tag: u64, max: usize, scan: usize, out: &mut Vec<Task>) {
+        self.pop_matching(tag, max, scan, out, |_| true);
+    }
+
+    /// As [`Self::pop_for`], of the tasks that are repairs (`repairs`) or back-edges (not):
+    /// a search slices back-edges and runs repairs one at a time.
+    pub fn pop_kind(&self, tag: u64, repairs: bool, max: usize, scan: usize, out: &mut Vec<Task>) {
+        self.pop_matching(tag, max, scan, out, |arg| (arg == REPAIR) == repairs);
+    }
+
+    fn pop_matching(
+        &self,
+        tag: u64,
+        max: usize,
+        scan: usize,
+        out: &mut Vec<Task>,
+        takes: impl Fn(u32) -> bool,
+    ) {
         let _g = self.header.lock.lock();
         let (head, tail) = (
             self.header.head.load(Relaxed),
@@ -200,7 +217,7 @@ impl<'a> TaskQueue<'a> {
                 break;
             }
             let s = self.slot(seq);
-            if s.tag.load(Relaxed) != tag {
+            if s.tag.load(Relaxed) != tag || !takes(s.arg.load(Relaxed)) {
                 continue;
             }
             out.push(s.task(tag));
@@ -317,6 +334,31 @@ mod tests {
         })
         .unwrap();
         assert_eq!(q.pop().unwrap().kind, TaskKind::Repair);
+    }
+
+    #[test]
+    fn pop_kind_takes_one_kind_of_one_index_and_leaves_the_rest_in_order() {
+        let (h, s) = (QueueHeader::new(), slots(8));
+        let q = TaskQueue::new(&h, &s);
+        let repair = |tag, vertex| Task {
+            tag,
+            vertex,
+            kind: TaskKind::Repair,
+        };
+        q.push(repair(1, 10)).unwrap();
+        q.push(back_edge(1, 11, 5)).unwrap();
+        q.push(back_edge(2, 12, 5)).unwrap();
+        q.push(repair(1, 13)).unwrap();
+        q.push(back_edge(1, 14, 6)).unwrap();
+        let mut out = Vec::new();
+        q.pop_kind(1, false, 8, 8, &mut out);
+        assert_eq!(out, vec![back_edge(1, 11, 5), back_edge(1, 14, 6)]);
+        out.clear();
+        q.pop_kind(1, true, 1, 8, &mut out);
+        assert_eq!(out, vec![repair(1, 10)]);
+        assert_eq!(q.pop(), Some(back_edge(2, 12, 5)));
+        assert_eq!(q.pop(), Some(repair(1, 13)));
+        assert_eq!(q.pop(), None);
     }
 
     #[test]

@@ -107,15 +107,7 @@ impl Index {
         }
         let alpha = self.files().manifest().params.alpha;
         let prune = prune_metric(self.metric());
-        let from = vectors.get(u).to_vec();
-        let mut pool: Vec<(VertexId, f32)> = current
-            .iter()
-            .copied()
-            .filter(|&t| self.is_live_undeleted(t))
-            .chain(new.iter().copied())
-            .filter(|&t| t != u)
-            .map(|t| (t, prune.search_distance(&from, vectors.get(t))))
-            .collect();
+        let mut pool = self.prune_pool(u, &current, new, vectors);
         let mut kept = robust_prune(&mut pool, alpha, max_degree, |a, b| {
             vectors.distance(prune, a, b)
         });
@@ -125,6 +117,33 @@ impl Index {
             }
             kept.push(k);
         }
+        self.finish_extension(&current, kept)
+    }
+
+    /// The candidates a re-prune of `u`'s list chooses from: its current neighbours that are
+    /// live and not deleted (deleted vertices never enter new lists) and the new ones, each
+    /// with its distance from `u`.
+    pub(super) fn prune_pool(
+        &self,
+        u: VertexId,
+        current: &[VertexId],
+        new: &[VertexId],
+        vectors: &mut VectorCache<'_>,
+    ) -> Vec<(VertexId, f32)> {
+        let prune = prune_metric(self.metric());
+        let from = vectors.get(u).to_vec();
+        current
+            .iter()
+            .copied()
+            .filter(|&t| self.is_live_undeleted(t))
+            .chain(new.iter().copied())
+            .filter(|&t| t != u)
+            .map(|t| (t, prune.search_distance(&from, vectors.get(t))))
+            .collect()
+    }
+
+    /// A re-pruned list: `kept`, and what it pushed out of `current`.
+    pub(super) fn finish_extension(&self, current: &[VertexId], kept: Vec<VertexId>) -> Extended {
         let displaced = current
             .iter()
             .copied()
@@ -350,7 +369,7 @@ impl Index {
 
     /// Appends `displaced` to `v`'s list while it has room (the list already in `changes`,
     /// or `v`'s current one, read now). The caller holds `v`'s stripe.
-    fn take_displaced(
+    pub(super) fn take_displaced(
         &self,
         v: VertexId,
         displaced: &[VertexId],

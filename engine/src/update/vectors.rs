@@ -22,6 +22,20 @@ impl<'a> VectorCache<'a> {
         }
     }
 
+    /// A cache that starts with the reconstructions `deflated` (kept by a caller across
+    /// calls, [`Self::into_deflated`]).
+    pub(crate) fn with_deflated(index: &'a Index, deflated: HashMap<VertexId, Vec<f32>>) -> Self {
+        VectorCache {
+            index,
+            exact: HashMap::default(),
+            deflated,
+        }
+    }
+
+    pub(crate) fn into_deflated(self) -> HashMap<VertexId, Vec<f32>> {
+        self.deflated
+    }
+
     pub(crate) fn get(&mut self, id: VertexId) -> &[f32] {
         self.ensure(id);
         self.peek(id)
