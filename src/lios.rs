@@ -23,16 +23,16 @@ use crate::guc;
 use crate::open::OpenIndex;
 use navis_engine::io_wait::StallWork;
 use navis_engine::lios::{
-    IdleBudgets, QueueHeader, QueueSink, Task, TaskKind, TaskQueue, TaskSlot, UtilisationTuner,
-    WorkerRegistry,
+    IdleBudgets, QueueHeader, QueueSink, StallClock, StepCosts, Task, TaskKind, TaskQueue,
+    TaskSlot, UtilisationTuner, WorkerRegistry,
 };
-use navis_engine::update::{BackEdge, SlicedBackEdges};
+use navis_engine::update::{BackEdge, SlicedBackEdges, StepKind};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use std::cell::RefCell;
 use std::ffi::CStr;
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const SHMEM_NAME: &CStr = c"navis lios queue";
 
@@ -286,6 +286,8 @@ struct Pacing {
     theta: f64,
     budgets: IdleBudgets,
     tuner: UtilisationTuner,
+    /// The mean cost of each kind of task step, as this backend's stalls measured it.
+    steps: StepCosts,
 }
 
 thread_local! {
@@ -300,6 +302,7 @@ fn with_pacing<R>(f: impl FnOnce(&mut Pacing) -> R) -> R {
             theta,
             budgets: IdleBudgets::new(theta),
             tuner: UtilisationTuner::new(theta),
+            steps: StepCosts::default(),
         });
         if pacing.theta != theta {
             pacing.theta = theta;
@@ -452,26 +455,28 @@ impl StallWork for SearchStalls<'_> {
         if budget_us <= 0.0 {
             return;
         }
-        let started = Instant::now();
-        let budget = Duration::from_secs_f64(budget_us / 1e6);
-        let mut out_of_time = || started.elapsed() >= budget;
+        // (out of the thread-local while the steps run, so that nothing they call can find
+        // it borrowed)
+        let mut costs = with_pacing(|p| std::mem::take(&mut p.steps));
+        let mut clock = StallClock::new(&mut costs, budget_us);
         let locks = self.open.locks();
         loop {
             let mut group = match self.take_group() {
                 Taken::Group(group) => group,
                 Taken::RepairsRan => {
                     self.worked = true;
-                    if out_of_time() {
+                    if clock.out_of_time() {
                         break;
                     }
                     continue;
                 }
                 Taken::Nothing => break,
             };
-            self.worked = true;
             // (a PostgreSQL ERROR inside unwinds past here and loses the group's tasks,
             // as a crash loses queued ones)
-            match group.advance(&self.open.index, &locks, &mut out_of_time) {
+            let advanced =
+                group.advance(&self.open.index, &locks, &mut |kind| clock.may_start(kind));
+            match advanced {
                 Ok(Some(report)) => {
                     count(Count::RunBySearches, report.done);
                     count(Count::Dropped, report.dropped);
@@ -489,13 +494,17 @@ impl StallWork for SearchStalls<'_> {
                     break;
                 }
             }
-            if out_of_time() {
+            if clock.out_of_time() {
                 break;
             }
         }
+        clock.finish();
+        self.worked |= clock.worked();
+        let elapsed_us = clock.elapsed_us();
+        with_pacing(|p| p.steps = costs);
         if self.worked {
             count(Count::StallsWorked, 1);
-            count(Count::WorkMicros, started.elapsed().as_micros() as u64);
+            count(Count::WorkMicros, elapsed_us as u64);
         }
     }
 
@@ -531,6 +540,12 @@ fn navis_lios_stats() -> TableIterator<'static, (name!(name, String), name!(valu
     with_pacing(|p| {
         rows.push(("backend_utilisation_ratio".into(), p.tuner.ratio()));
         rows.push(("backend_baseline_latency_us".into(), p.tuner.baseline()));
+        for kind in StepKind::ALL {
+            rows.push((
+                format!("backend_step_us_{}", format!("{kind:?}").to_lowercase()),
+                p.steps.mean_us(kind),
+            ));
+        }
         for in_flight in 1..=navis_engine::lios::budget::BUCKETS {
             rows.push((
                 format!("backend_budget_us_{in_flight}_reads"),

@@ -128,7 +128,11 @@ fn run_stopping_at_every_step(
 ) -> usize {
     let mut stops = 0;
     loop {
-        match group.advance(index, locks, &mut || true).unwrap() {
+        let mut first = true;
+        match group
+            .advance(index, locks, &mut |_| std::mem::replace(&mut first, false))
+            .unwrap()
+        {
             Some(report) => {
                 assert_eq!(
                     report.done + report.dropped,
@@ -196,18 +200,42 @@ fn a_list_changed_between_read_and_commit_is_extended_as_it_is_then() {
     // Sliced: the group reads u's list (its first step), the other writer commits, then the
     // group extends what it read and commits.
     let mut group = SlicedBackEdges::new(&t.sliced, group_tasks.to_vec());
+    let mut first = true;
     assert!(group
-        .advance(&t.sliced, &t.locks, &mut || true)
+        .advance(&t.sliced, &t.locks, &mut |_| std::mem::replace(
+            &mut first, false
+        ))
         .unwrap()
         .is_none());
     t.sliced.run_back_edges(&t.locks, &[other]).unwrap();
     assert!(group
-        .advance(&t.sliced, &t.locks, &mut || false)
+        .advance(&t.sliced, &t.locks, &mut |_| true)
         .unwrap()
         .is_some());
 
     let n = BASE + INSERTED;
     assert_eq!(all_lists(&t.sliced, n), all_lists(&t.whole, n));
+}
+
+#[test]
+fn every_task_of_a_group_is_counted_once_repeats_and_stale_ones_included() {
+    let t = twins();
+    let per_group = SlicedBackEdges::max_tasks(&t.sliced);
+    let mut tasks = t.tasks[..per_group - 2].to_vec();
+    tasks.push(tasks[0]); // a repeat
+    tasks.push(BackEdge {
+        vertex: tasks[1].vertex,
+        to: tasks[1].vertex, // a self-edge: dropped
+    });
+    let mut group = SlicedBackEdges::new(&t.sliced, tasks.clone());
+    let report = group
+        .advance(&t.sliced, &t.locks, &mut |_| true)
+        .unwrap()
+        .unwrap();
+    assert_eq!(report.dropped, 1, "{report:?}");
+    assert_eq!(report.done, tasks.len() as u64 - 1, "{report:?}");
+    let whole = t.whole.run_back_edges(&t.locks, &tasks).unwrap();
+    assert_eq!((whole.done, whole.dropped), (report.done, report.dropped));
 }
 
 #[test]
@@ -220,9 +248,9 @@ fn a_group_given_up_on_hands_back_its_tasks_and_writes_nothing() {
     let mut group = SlicedBackEdges::new(&t.sliced, chunk.clone());
     let mut calls = 0;
     assert!(group
-        .advance(&t.sliced, &t.locks, &mut || {
+        .advance(&t.sliced, &t.locks, &mut |_| {
             calls += 1;
-            calls > per_group
+            calls <= per_group
         })
         .unwrap()
         .is_none());

@@ -27,6 +27,6 @@ pub use insert::{InsertParams, InsertReport};
 pub use locks::{AllocatorGuard, LocalLocks, WriteLocks};
 pub use log::{EdgePageChange, IndexLog, PlacedList, SideFileLog, VectorChange};
 pub use repairs::{RepairReport, RepairSink};
-pub use sliced::SlicedBackEdges;
+pub use sliced::{SlicedBackEdges, StepKind};
 pub use vacuum::{BulkDeleteReport, ConsolidateReport};
 pub use verify::VerifyReport;

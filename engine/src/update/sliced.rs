@@ -2,14 +2,14 @@
 //!
 //! A stall lasts tens of microseconds; a group of back-edge tasks costs more, most of it in
 //! the re-prunes of lists that overflow. [`SlicedBackEdges`] splits a group into steps that
-//! each fit a stall and checks the caller's clock between steps:
+//! each fit a stall and asks the caller before each step whether to start it:
 //!
 //! 1. **Read**: each target vertex's current list, without locks (one edge-page read each).
 //! 2. **Extend**: the list with its new back-edges, appended while the degree allows,
-//!    otherwise re-pruned by a [`ResumablePrune`] that stops every [`PRUNE_SLICE`] distance
-//!    computations to look at the clock and resumes where it stopped, bit-identical to an
-//!    uninterrupted prune. The pool is fixed before the prune starts (the paper's candidate
-//!    preparation, in one step).
+//!    otherwise re-pruned by a [`ResumablePrune`] in slices of [`PRUNE_SLICE`] distance
+//!    computations, each resuming where the last stopped, bit-identical to an uninterrupted
+//!    prune. The pool is fixed before the prune starts (the paper's candidate preparation,
+//!    one step).
 //! 3. **Commit**: the group's stripes locked, each list read again and the task re-validated;
 //!    an extension computed from a list that changed since (or a task whose target was
 //!    deleted meanwhile) is computed again here, as [`Index::run_back_edges`] would; then the
@@ -33,8 +33,8 @@ use crate::storage::HeapTid;
 use crate::VertexId;
 use rustc_hash::FxHashMap as HashMap;
 
-/// Distance computations between two looks at the clock in a re-prune (about 2–6 µs of
-/// 384- to 960-d distances on PQ reconstructions).
+/// Distance computations in one slice of a re-prune (about 2–6 µs of 384- to 960-d
+/// distances on PQ reconstructions).
 pub const PRUNE_SLICE: usize = 32;
 
 /// One vertex whose list the group changes, and how far its change has come.
@@ -52,6 +52,35 @@ struct Target {
     extended: Option<Extended>,
 }
 
+/// The kinds of step a group runs, for callers that time them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StepKind {
+    /// One list read (usually from NAVIS-Cache).
+    Read,
+    /// A list with room takes its new back-edges.
+    Append,
+    /// A re-prune's candidate pool: a PQ reconstruction and a distance per candidate.
+    Pool,
+    /// [`PRUNE_SLICE`] distance computations of a re-prune.
+    PruneSlice,
+    /// Locks, reads again, writes one page through the log.
+    Commit,
+}
+
+impl StepKind {
+    pub const ALL: [StepKind; 5] = [
+        StepKind::Read,
+        StepKind::Append,
+        StepKind::Pool,
+        StepKind::PruneSlice,
+        StepKind::Commit,
+    ];
+
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Step {
     Read(usize),
@@ -66,6 +95,8 @@ enum Step {
 pub struct SlicedBackEdges {
     tasks: Vec<BackEdge>,
     targets: Vec<Target>,
+    /// Tasks that repeat an earlier one of the group (done when that one is).
+    repeats: u64,
     /// PQ reconstructions computed so far.
     deflated: HashMap<VertexId, Vec<f32>>,
     page_buf: Vec<u8>,
@@ -84,9 +115,10 @@ impl SlicedBackEdges {
     pub fn new(index: &Index, mut tasks: Vec<BackEdge>) -> Self {
         tasks.truncate(Self::max_tasks(index));
         let mut targets: Vec<Target> = Vec::new();
+        let mut repeats = 0;
         for t in &tasks {
             match targets.iter_mut().find(|x| x.u == t.vertex) {
-                Some(x) if x.to.contains(&t.to) => {}
+                Some(x) if x.to.contains(&t.to) => repeats += 1,
                 Some(x) => x.to.push(t.to),
                 None => targets.push(Target {
                     u: t.vertex,
@@ -101,6 +133,7 @@ impl SlicedBackEdges {
         SlicedBackEdges {
             tasks,
             targets,
+            repeats,
             deflated: HashMap::default(),
             page_buf: vec![0u8; index.files().edge_layout().page_size()],
             step: Step::Read(0),
@@ -126,17 +159,19 @@ impl SlicedBackEdges {
         }
     }
 
-    /// Runs steps until the group has committed (`Some`, with what it did) or `out_of_time`
-    /// says to stop (`None`; call again to resume). `out_of_time` is asked between steps and
-    /// every [`PRUNE_SLICE`] distances of a re-prune; the commit runs whole once reached.
+    /// Runs steps until the group has committed (`Some`, with what it did) or `may_start`
+    /// declines the next step (`None`; call again to resume). `may_start` is asked before
+    /// every step with the step's kind (so that a caller can time the steps and start only
+    /// what it expects to fit); a re-prune is a [`StepKind::Pool`] step and then
+    /// [`StepKind::PruneSlice`] steps of [`PRUNE_SLICE`] distances each.
     pub fn advance(
         &mut self,
         index: &Index,
         locks: &dyn WriteLocks,
-        out_of_time: &mut dyn FnMut() -> bool,
+        may_start: &mut dyn FnMut(StepKind) -> bool,
     ) -> Result<Option<BackEdgeReport>, IndexError> {
         let mut vectors = VectorCache::with_deflated(index, std::mem::take(&mut self.deflated));
-        let result = self.steps(index, locks, &mut vectors, out_of_time);
+        let result = self.steps(index, locks, &mut vectors, may_start);
         self.deflated = vectors.into_deflated();
         result
     }
@@ -146,32 +181,48 @@ impl SlicedBackEdges {
         index: &Index,
         locks: &dyn WriteLocks,
         vectors: &mut VectorCache<'_>,
-        out_of_time: &mut dyn FnMut() -> bool,
+        may_start: &mut dyn FnMut(StepKind) -> bool,
     ) -> Result<Option<BackEdgeReport>, IndexError> {
         loop {
+            let kind = match self.step {
+                Step::Read(i) if i < self.targets.len() => StepKind::Read,
+                Step::Read(_) => {
+                    self.step = Step::Extend(0);
+                    continue;
+                }
+                Step::Extend(i) if i < self.targets.len() => match self.extend_kind(index, i) {
+                    Some(kind) => kind,
+                    None => {
+                        self.step = Step::Extend(i + 1);
+                        continue;
+                    }
+                },
+                Step::Extend(_) => {
+                    self.step = Step::Commit;
+                    continue;
+                }
+                Step::Commit => StepKind::Commit,
+                Step::Done => return Ok(Some(BackEdgeReport::default())),
+            };
+            if !may_start(kind) {
+                return Ok(None);
+            }
             match self.step {
-                Step::Read(i) if i < self.targets.len() => {
+                Step::Read(i) => {
                     self.read(index, i);
                     self.step = Step::Read(i + 1);
                 }
-                Step::Read(_) => self.step = Step::Extend(0),
-                Step::Extend(i) if i < self.targets.len() => {
-                    if self.extend(index, i, vectors, out_of_time) {
+                Step::Extend(i) => {
+                    if self.extend(index, i, vectors) {
                         self.step = Step::Extend(i + 1);
-                    } else {
-                        return Ok(None);
                     }
                 }
-                Step::Extend(_) => self.step = Step::Commit,
                 Step::Commit => {
                     let report = self.commit(index, locks, vectors)?;
                     self.step = Step::Done;
                     return Ok(Some(report));
                 }
-                Step::Done => return Ok(Some(BackEdgeReport::default())),
-            }
-            if out_of_time() {
-                return Ok(None);
+                Step::Done => unreachable!("returned above"),
             }
         }
     }
@@ -193,26 +244,35 @@ impl SlicedBackEdges {
             .edge_layout()
             .slot_owned_by(&self.page_buf, at.slot as usize, u)
             .map(|s| s.to_vec());
+        if let Some(current) = &self.targets[i].current {
+            self.targets[i].new = new_targets(index, current, &self.targets[i].to);
+        }
     }
 
-    /// The extend step for target `i`; false when `out_of_time` stopped its re-prune.
-    fn extend(
-        &mut self,
-        index: &Index,
-        i: usize,
-        vectors: &mut VectorCache<'_>,
-        out_of_time: &mut dyn FnMut() -> bool,
-    ) -> bool {
+    /// What the next extend step of target `i` is; `None` when it has nothing to do (its
+    /// list was unreadable, the commit extends it, or it lacks no target).
+    fn extend_kind(&self, index: &Index, i: usize) -> Option<StepKind> {
+        let target = &self.targets[i];
+        let current = target.current.as_ref()?;
+        if target.extended.is_some() || target.new.is_empty() {
+            return None;
+        }
+        Some(if target.prune.is_some() {
+            StepKind::PruneSlice
+        } else if current.len() + target.new.len() <= index.files().edge_layout().max_degree() {
+            StepKind::Append
+        } else {
+            StepKind::Pool
+        })
+    }
+
+    /// One extend step of target `i`: the append, the re-prune's pool, or a slice of the
+    /// re-prune; true when the target's extension is computed.
+    fn extend(&mut self, index: &Index, i: usize, vectors: &mut VectorCache<'_>) -> bool {
         let max_degree = index.files().edge_layout().max_degree();
         let target = &mut self.targets[i];
-        let Some(current) = target.current.as_ref() else {
-            return true;
-        };
-        if target.prune.is_none() {
-            target.new = new_targets(index, current, &target.to);
-            if target.new.is_empty() {
-                return true;
-            }
+        let current = target.current.as_ref().expect("extend_kind checked");
+        let Some(prune) = target.prune.as_mut() else {
             if current.len() + target.new.len() <= max_degree {
                 target.extended =
                     Some(index.extend_list(target.u, current.clone(), &target.new, None, vectors));
@@ -221,17 +281,12 @@ impl SlicedBackEdges {
             let pool = index.prune_pool(target.u, current, &target.new, vectors);
             let alpha = index.files().manifest().params.alpha;
             target.prune = Some(ResumablePrune::new(pool, alpha, max_degree));
-        }
+            return false;
+        };
         let metric = prune_metric(index.metric());
-        let prune = target.prune.as_mut().expect("started above");
-        loop {
-            let mut budget = PRUNE_SLICE;
-            if prune.advance(&mut budget, |a, b| vectors.distance(metric, a, b)) {
-                break;
-            }
-            if out_of_time() {
-                return false;
-            }
+        let mut budget = PRUNE_SLICE;
+        if !prune.advance(&mut budget, |a, b| vectors.distance(metric, a, b)) {
+            return false;
         }
         let kept = prune.result();
         target.extended = Some(index.finish_extension(current, kept));
@@ -249,7 +304,10 @@ impl SlicedBackEdges {
     ) -> Result<BackEdgeReport, IndexError> {
         let files = index.files();
         let spp = files.edge_layout().slots_per_page();
-        let mut report = BackEdgeReport::default();
+        let mut report = BackEdgeReport {
+            done: self.repeats,
+            ..BackEdgeReport::default()
+        };
         let mut members: Vec<VertexId> = Vec::new();
         for t in &self.tasks {
             for x in [t.vertex, t.to] {
