@@ -223,6 +223,17 @@ impl navis_engine::update::WriteLocks for PgLocks {
         acquire(self.shared.stripe_lock(stripe));
     }
 
+    fn try_lock_stripe(&self, stripe: usize) -> bool {
+        // SAFETY: a valid LWLock in shared memory; a conditional acquire never waits, and
+        // one that succeeds is released like any other (PostgreSQL also on ERROR).
+        unsafe {
+            pg_sys::LWLockConditionalAcquire(
+                self.shared.stripe_lock(stripe),
+                pg_sys::LWLockMode::LW_EXCLUSIVE,
+            )
+        }
+    }
+
     fn unlock_stripe(&self, stripe: usize) {
         release(self.shared.stripe_lock(stripe));
     }

@@ -12,8 +12,9 @@ use navis_engine::index::{build_index, Index, IndexParams};
 use navis_engine::lios::{QueueHeader, QueueSink, Task, TaskKind, TaskQueue, TaskSlot};
 use navis_engine::storage::state::Counter;
 use navis_engine::storage::HeapTid;
+use navis_engine::update::sliced::COMMIT_TRIES;
 use navis_engine::update::write::read_current_list;
-use navis_engine::update::{BackEdge, InsertParams, LocalLocks, SlicedBackEdges};
+use navis_engine::update::{BackEdge, InsertParams, LocalLocks, SlicedBackEdges, WriteLocks};
 use navis_engine::{Metric, VertexId};
 
 const DIM: usize = 24;
@@ -236,6 +237,38 @@ fn every_task_of_a_group_is_counted_once_repeats_and_stale_ones_included() {
     assert_eq!(report.done, tasks.len() as u64 - 1, "{report:?}");
     let whole = t.whole.run_back_edges(&t.locks, &tasks).unwrap();
     assert_eq!((whole.done, whole.dropped), (report.done, report.dropped));
+}
+
+#[test]
+fn a_commit_that_finds_a_stripe_taken_tries_again_later_and_then_waits() {
+    let t = twins();
+    let per_group = SlicedBackEdges::max_tasks(&t.sliced);
+    let chunk = t.tasks[..per_group].to_vec();
+    let stripe = t.locks.stripe_of(chunk[0].vertex);
+    t.locks.lock_stripe(stripe);
+    let mut group = SlicedBackEdges::new(&t.sliced, chunk.clone());
+    // Every step but the commit runs; the commit declines while the stripe is held.
+    for _ in 1..COMMIT_TRIES {
+        assert!(group
+            .advance(&t.sliced, &t.locks, &mut |_| true)
+            .unwrap()
+            .is_none());
+    }
+    assert!(!group.is_empty());
+    // Released: the next try commits, as whole groups would.
+    t.locks.unlock_stripe(stripe);
+    assert!(group
+        .advance(&t.sliced, &t.locks, &mut |_| true)
+        .unwrap()
+        .is_some());
+    t.whole.run_back_edges(&t.locks, &chunk).unwrap();
+    let n = BASE + INSERTED;
+    assert_eq!(all_lists(&t.sliced, n), all_lists(&t.whole, n));
+    // No stripe is left held by the declined tries.
+    for s in 0..t.locks.stripe_count() {
+        assert!(t.locks.try_lock_stripe(s), "stripe {s} left held");
+        t.locks.unlock_stripe(s);
+    }
 }
 
 #[test]

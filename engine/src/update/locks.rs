@@ -18,6 +18,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 pub trait WriteLocks: Sync {
     fn stripe_count(&self) -> usize;
     fn lock_stripe(&self, stripe: usize);
+    /// Takes the stripe if it is free, without waiting; true when taken.
+    fn try_lock_stripe(&self, stripe: usize) -> bool;
     fn unlock_stripe(&self, stripe: usize);
     fn lock_allocator(&self);
     fn unlock_allocator(&self);
@@ -44,6 +46,25 @@ impl<'a> StripeGuard<'a> {
             locks.lock_stripe(s);
         }
         StripeGuard { locks, stripes }
+    }
+}
+
+impl<'a> StripeGuard<'a> {
+    /// The stripes of `vertices` if every one is free now; `None` (holding none) otherwise.
+    /// Never waits, so it cannot deadlock whatever the caller holds.
+    pub fn try_lock(locks: &'a dyn WriteLocks, vertices: &[VertexId]) -> Option<StripeGuard<'a>> {
+        let mut stripes: Vec<usize> = vertices.iter().map(|&v| locks.stripe_of(v)).collect();
+        stripes.sort_unstable();
+        stripes.dedup();
+        for (taken, &s) in stripes.iter().enumerate() {
+            if !locks.try_lock_stripe(s) {
+                for &held in stripes[..taken].iter().rev() {
+                    locks.unlock_stripe(held);
+                }
+                return None;
+            }
+        }
+        Some(StripeGuard { locks, stripes })
     }
 }
 
@@ -119,6 +140,12 @@ impl WriteLocks for LocalLocks {
 
     fn lock_stripe(&self, stripe: usize) {
         acquire(&self.stripes[stripe]);
+    }
+
+    fn try_lock_stripe(&self, stripe: usize) -> bool {
+        self.stripes[stripe]
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
     }
 
     fn unlock_stripe(&self, stripe: usize) {

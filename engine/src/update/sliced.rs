@@ -10,7 +10,9 @@
 //!    computations, each resuming where the last stopped, bit-identical to an uninterrupted
 //!    prune. The pool is fixed before the prune starts (the paper's candidate preparation,
 //!    one step).
-//! 3. **Commit**: the group's stripes locked, each list read again and the task re-validated;
+//! 3. **Commit**: the group's stripes taken (if one is busy, a later stall tries again: a
+//!    search does not wait for a writer, up to [`COMMIT_TRIES`] tries), each list read again
+//!    and the task re-validated;
 //!    an extension computed from a list that changed since (or a task whose target was
 //!    deleted meanwhile) is computed again here, as [`Index::run_back_edges`] would; then the
 //!    displaced vertices are handed on and the lists written to one fresh page through the
@@ -51,6 +53,10 @@ struct Target {
     /// The extension of `current` by `new`.
     extended: Option<Extended>,
 }
+
+/// Commits tried without waiting, each in its own stall, before one waits for the stripes
+/// (a writer holds a stripe for one list write; a group must not starve behind a busy one).
+pub const COMMIT_TRIES: u32 = 8;
 
 /// The kinds of step a group runs, for callers that time them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -97,6 +103,8 @@ pub struct SlicedBackEdges {
     targets: Vec<Target>,
     /// Tasks that repeat an earlier one of the group (done when that one is).
     repeats: u64,
+    /// Times the commit step was tried.
+    commit_tries: u32,
     /// PQ reconstructions computed so far.
     deflated: HashMap<VertexId, Vec<f32>>,
     page_buf: Vec<u8>,
@@ -134,6 +142,7 @@ impl SlicedBackEdges {
             tasks,
             targets,
             repeats,
+            commit_tries: 0,
             deflated: HashMap::default(),
             page_buf: vec![0u8; index.files().edge_layout().page_size()],
             step: Step::Read(0),
@@ -218,7 +227,9 @@ impl SlicedBackEdges {
                     }
                 }
                 Step::Commit => {
-                    let report = self.commit(index, locks, vectors)?;
+                    let Some(report) = self.commit(index, locks, vectors)? else {
+                        return Ok(None); // a stripe was taken: a later stall tries again
+                    };
                     self.step = Step::Done;
                     return Ok(Some(report));
                 }
@@ -295,13 +306,15 @@ impl SlicedBackEdges {
     }
 
     /// The commit step: under the group's stripes, every task validated and every list read
-    /// again; what changed since its extension was computed is computed again now.
+    /// again; what changed since its extension was computed is computed again now. `None`
+    /// when a stripe is taken: a search does not wait for a writer, and tries again in a
+    /// later stall, up to [`COMMIT_TRIES`] times before it waits.
     fn commit(
         &mut self,
         index: &Index,
         locks: &dyn WriteLocks,
         vectors: &mut VectorCache<'_>,
-    ) -> Result<BackEdgeReport, IndexError> {
+    ) -> Result<Option<BackEdgeReport>, IndexError> {
         let files = index.files();
         let spp = files.edge_layout().slots_per_page();
         let mut report = BackEdgeReport {
@@ -316,7 +329,12 @@ impl SlicedBackEdges {
                 }
             }
         }
-        let _stripes = StripeGuard::lock(locks, &members);
+        self.commit_tries += 1;
+        let _stripes = match StripeGuard::try_lock(locks, &members) {
+            Some(stripes) => stripes,
+            None if self.commit_tries < COMMIT_TRIES => return Ok(None),
+            None => StripeGuard::lock(locks, &members),
+        };
         let mut changes: Vec<ListChange> = Vec::new();
         let mut displaced_to: Vec<(VertexId, Vec<VertexId>)> = Vec::new();
         for target in &mut self.targets {
@@ -371,7 +389,7 @@ impl SlicedBackEdges {
             index.take_displaced(v, &displaced, &mut changes, &mut self.page_buf, &mut report)?;
         }
         if changes.is_empty() {
-            return Ok(report);
+            return Ok(Some(report));
         }
         let log = index.log()?;
         for page in changes.chunks(spp) {
@@ -379,7 +397,7 @@ impl SlicedBackEdges {
             report.pages_written += 1;
         }
         report.lists_written += changes.len() as u64;
-        Ok(report)
+        Ok(Some(report))
     }
 }
 
