@@ -90,8 +90,8 @@ test_lios_deferred_back_edges_searches_and_vacuum() {
   [ "$missing" = 0 ] || { fail lios "$missing new rows not found before their tasks ran"; cluster_stop "$LDIR"; return; }
   lios_searches li
   local by_search; by_search=$(lstat tasks_run_by_searches)
-  # A debug build's task costs more than a stall's budget, so it may run only the one task
-  # that measures the cost; a release build runs thousands (benchmarks/results/lios.md).
+  # (how many depends on the stall budgets this machine's device gives: tasks run a step at
+  # a time, and a debug build has run all of them here; asserted only that searches run some)
   [ "$by_search" -gt 0 ] && [ "$(lstat search_stalls)" -gt 1000 ] ||
     { fail lios "600 searches ran no task ($(lval "SELECT string_agg(name || '=' || value, ' ') FROM navis_lios_stats"))"; cluster_stop "$LDIR"; return; }
   lsql -c "VACUUM li" -c "VACUUM lo"
