@@ -202,6 +202,22 @@ def pct(lat, p):
     return lat[min(len(lat) - 1, int(len(lat) * p))] * 1e3
 
 
+def wait_for_older_snapshots(cur, limit_s=5.0):
+    """Waits until no other session's snapshot predates this point (a search that started
+    before the DELETE committed), so that the VACUUM after it can remove the deleted rows.
+    Without it the VACUUM right after the DELETE sometimes removed nothing (a search was in
+    flight) and the final VACUUM did its work (results/lios.md, 'vacuum roles swapped')."""
+    cur.execute("SELECT txid_current() % 4294967296")
+    after = cur.fetchone()[0]
+    deadline = time.perf_counter() + limit_s
+    while time.perf_counter() < deadline:
+        cur.execute("SELECT count(*) FROM pg_stat_activity WHERE pid <> pg_backend_pid() "
+                    "AND backend_xmin IS NOT NULL AND backend_xmin::text::bigint < %s", (after,))
+        if cur.fetchone()[0] == 0:
+            return
+        time.sleep(0.005)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("data")
@@ -344,8 +360,10 @@ def main():
                     cur.execute(f"DELETE FROM {table} WHERE id >= %s AND id < %s",
                                 (oldest, oldest + args.batch))
                     t_del = time.perf_counter()
+                    wait_for_older_snapshots(cur)
+                    t_vac = time.perf_counter()
                     cur.execute(f"VACUUM {table}")
-                    vacuum_s = time.perf_counter() - t_del
+                    vacuum_s = time.perf_counter() - t_vac
                     delete_s = t_del - t_ins
                 oldest += args.batch
                 progress.add("deleted", args.batch)
