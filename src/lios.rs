@@ -410,7 +410,7 @@ impl<'a> SearchStalls<'a> {
     /// The group to work on: the pending one if it is this index's, else a new one from the
     /// queue (a pending group of another index goes back to the queue first; if there is no
     /// room for it, it stays and this stall runs nothing).
-    fn take_group(&self) -> Taken {
+    fn take_group(&self, clock: &mut StallClock<'_>) -> Taken {
         if let Some(pending) = PENDING.with(|p| p.borrow_mut().take()) {
             if pending.tag == self.tag {
                 return Taken::Group(pending.group);
@@ -427,13 +427,16 @@ impl<'a> SearchStalls<'a> {
         let max = SlicedBackEdges::max_tasks(&self.open.index);
         queue.pop_kind(self.tag, false, max, SCAN_SLOTS, &mut tasks);
         if tasks.is_empty() {
-            // Repairs are not sliced: one at a time, the clock read after each.
+            // Repairs are not sliced: one at a time, each started only if a repair's mean
+            // cost fits what is left (else it goes back to the queue).
             queue.pop_kind(self.tag, true, 1, SCAN_SLOTS, &mut tasks);
-            if tasks.is_empty() {
+            let Some(&repair) = tasks.first() else {
+                return Taken::Nothing;
+            };
+            if !clock.may_start(StepKind::Repair) && queue.push(repair).is_ok() {
                 return Taken::Nothing;
             }
-            let (_, repairs) = split_tasks(&tasks);
-            run_repairs(self.open, &repairs, Count::RunBySearches);
+            run_repairs(self.open, &[repair.vertex], Count::RunBySearches);
             return Taken::RepairsRan;
         }
         let (edges, _) = split_tasks(&tasks);
@@ -461,7 +464,7 @@ impl StallWork for SearchStalls<'_> {
         let mut clock = StallClock::new(&mut costs, budget_us);
         let locks = self.open.locks();
         loop {
-            let mut group = match self.take_group() {
+            let mut group = match self.take_group(&mut clock) {
                 Taken::Group(group) => group,
                 Taken::RepairsRan => {
                     self.worked = true;

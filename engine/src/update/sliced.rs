@@ -71,15 +71,18 @@ pub enum StepKind {
     PruneSlice,
     /// Locks, reads again, writes one page through the log.
     Commit,
+    /// A whole repair task (VACUUM's; not sliced), run by the caller.
+    Repair,
 }
 
 impl StepKind {
-    pub const ALL: [StepKind; 5] = [
+    pub const ALL: [StepKind; 6] = [
         StepKind::Read,
         StepKind::Append,
         StepKind::Pool,
         StepKind::PruneSlice,
         StepKind::Commit,
+        StepKind::Repair,
     ];
 
     pub fn index(self) -> usize {
