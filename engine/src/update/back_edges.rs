@@ -22,7 +22,7 @@ use super::write::{read_current_list, write_lists, ListChange};
 use crate::graph::prune::robust_prune;
 use crate::graph::vamana::prune_metric;
 use crate::index::{Index, IndexError};
-use crate::storage::HeapTid;
+use crate::storage::{EdgeLocation, HeapTid};
 use crate::VertexId;
 
 /// A VACUUM that restores lost back-edges gives vertices with fewer in-edges than
@@ -334,21 +334,15 @@ impl Index {
                 continue;
             }
             let extended = self.extend_list(u, current, &new, None, &mut vectors);
-            report.pruned += extended.pruned as u64;
-            if !extended.displaced.is_empty() {
-                // The displaced go to the new vertex that took their place.
-                let v = new
-                    .iter()
-                    .copied()
-                    .find(|v| extended.list.contains(v))
-                    .unwrap_or(new[0]);
-                displaced_to.push((v, extended.displaced));
-            }
-            changes.push(ListChange {
-                vertex: u,
-                list: extended.list,
-                old: Some(entry.edge),
-            });
+            stage_extension(
+                u,
+                entry.edge,
+                &new,
+                extended,
+                &mut changes,
+                &mut displaced_to,
+                &mut report,
+            );
         }
         for (v, displaced) in displaced_to {
             self.take_displaced(v, &displaced, &mut changes, &mut page_buf, &mut report)?;
@@ -396,4 +390,31 @@ impl Index {
         }
         Ok(())
     }
+}
+
+/// Stages `u`'s extended list (its current one at `old`, with `new` added) as a change, and
+/// where the vertices it displaced go: to the new vertex that took their place.
+pub(super) fn stage_extension(
+    u: VertexId,
+    old: EdgeLocation,
+    new: &[VertexId],
+    extended: Extended,
+    changes: &mut Vec<ListChange>,
+    displaced_to: &mut Vec<(VertexId, Vec<VertexId>)>,
+    report: &mut BackEdgeReport,
+) {
+    report.pruned += extended.pruned as u64;
+    if !extended.displaced.is_empty() {
+        let v = new
+            .iter()
+            .copied()
+            .find(|v| extended.list.contains(v))
+            .unwrap_or(new[0]);
+        displaced_to.push((v, extended.displaced));
+    }
+    changes.push(ListChange {
+        vertex: u,
+        list: extended.list,
+        old: Some(old),
+    });
 }

@@ -24,7 +24,7 @@
 //! pages into its page (absorption reads up to [`super::MAX_ABSORBED_PAGES`] pages, which
 //! would not fit a stall); VACUUM's compaction keeps such pages from accumulating.
 
-use super::back_edges::{BackEdge, BackEdgeReport, Extended};
+use super::back_edges::{stage_extension, BackEdge, BackEdgeReport, Extended};
 use super::locks::{StripeGuard, WriteLocks};
 use super::vectors::VectorCache;
 use super::write::{read_current_list, write_lists, ListChange};
@@ -373,20 +373,15 @@ impl SlicedBackEdges {
                 Some(e) => e,
                 None => index.extend_list(u, current, &new, None, vectors),
             };
-            report.pruned += extended.pruned as u64;
-            if !extended.displaced.is_empty() {
-                let v = new
-                    .iter()
-                    .copied()
-                    .find(|v| extended.list.contains(v))
-                    .unwrap_or(new[0]);
-                displaced_to.push((v, extended.displaced));
-            }
-            changes.push(ListChange {
-                vertex: u,
-                list: extended.list,
-                old: Some(entry.edge),
-            });
+            stage_extension(
+                u,
+                entry.edge,
+                &new,
+                extended,
+                &mut changes,
+                &mut displaced_to,
+                &mut report,
+            );
         }
         for (v, displaced) in displaced_to {
             index.take_displaced(v, &displaced, &mut changes, &mut self.page_buf, &mut report)?;
