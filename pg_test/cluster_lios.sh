@@ -182,8 +182,8 @@ lios_workers_running() {
 }
 
 # The background worker: started by the first deferring insert, it runs the queue's tasks once
-# no search has run for a while, never while searches run, exits when turned off, and drops
-# the tasks of an index rebuilt by REINDEX (their vertex ids mean nothing any more).
+# no search has run for a while, never while searches run, exits when turned off; the tasks
+# of an index rebuilt by REINDEX are dropped (their vertex ids mean nothing any more).
 test_lios_background_worker() {
   lios_cluster_start || { fail lios_worker "cluster did not start"; return; }
   lsql -c "CREATE EXTENSION navis"
@@ -234,8 +234,9 @@ test_lios_background_worker() {
   verify=$(lval "SELECT problems, dangling_edges FROM navis_verify('lx_v')")
   local unreachable_lx; unreachable_lx=$(lval "SELECT unreachable FROM navis_verify('lx_v')")
   [ "$verify" = "0|0" ] || { fail lios_worker "navis_verify lx_v: $verify"; cluster_stop "$LDIR"; return; }
-  # 3. Turned off: the worker exits; tasks stay queued. REINDEX makes them stale; turned on
-  # again, the worker started by the next insert drops them and runs the new ones.
+  # 3. Turned off: the worker exits; tasks stay queued. REINDEX drops them (they name the
+  # old build's vertices); turned on again, the worker started by the next insert runs the
+  # new ones.
   lsql -c "ALTER SYSTEM SET navis.lios_worker = off" -c "SELECT pg_reload_conf()" >/dev/null
   local i
   for ((i = 0; i < 50; i++)); do [ "$(lios_workers_running)" = 0 ] && break; sleep 0.2; done
@@ -391,4 +392,54 @@ test_lios_repairs_duplicates_crash_and_standby() {
   [[ "$final" =~ ^true\|[0-9]+\|0,true\|[0-9]+\|0$ ]] && [ "$final" = "$twins" ] && [ "$standby_final" = "$final" ] ||
     { fail lios_shapes "after the VACUUM that followed the crash: clean|deleted|unreachable $final, standby $standby_final, inline twins $twins"; return; }
   echo "ok       lios_repairs_duplicates_crash_and_standby (3-d rows, 35 distinct points: $queued repairs queued, $held3 of l3's 997 deleted vertices kept, searches ran $by_search; top-10 distances of 30 queries equal to an exact scan on primary and standby with repairs queued, after a crash lost $lost of them, and after VACUUM; l3 shrunk to 3 rows returns all 3; ends $final on both, as the inline twins)"
+}
+
+# A session's search holds a back-edge group unfinished between scans. Another session
+# REINDEXes the index: its queued tasks are dropped, and so is the held group, when the
+# session next scans another index, instead of going back to the queue under the old tag
+# (where nothing would ever run or drop them without the worker). No worker runs here.
+test_lios_held_group_after_reindex() {
+  lios_cluster_start "navis.lios_worker = off" || { fail lios_held "cluster did not start"; return; }
+  lsql -c "CREATE EXTENSION navis"
+  lsql -c "CREATE TABLE lh (id int, v real[])" -c "CREATE TABLE lk (id int, v real[])"
+  lios_rows lh 1 3000; lios_rows lk 1 2000
+  lsql -c "CREATE INDEX lh_v ON lh USING navis (v)" -c "CREATE INDEX lk_v ON lk USING navis (v)"
+  lios_rows lh 3001 3500 on
+  local queued; queued=$(lstat queue_length)
+  # tasks out of the queue that no counter accounts for: held by a backend
+  local held_sql="SELECT $queued - sum(value) FILTER (WHERE name IN ('queue_length', 'tasks_run_by_searches',
+      'tasks_failed', 'tasks_dropped'))::bigint FROM navis_lios_stats"
+  # One session: searches of lh until it holds a group under way; from another session,
+  # REINDEX; then this session searches lk.
+  local out
+  out=$(lsql -c "SET navis.lios = on" -c "SET enable_seqscan = off" -c "DO \$\$ DECLARE q real[]; held bigint;
+      BEGIN FOR i IN 1..600 LOOP
+        SELECT array_agg(sin(i * 7.3 * (0.013 + k * 0.0071) + k * 0.9)::real ORDER BY k) INTO q
+          FROM generate_series(0, 31) k;
+        PERFORM id FROM lh ORDER BY v <-> q LIMIT 10;
+        $held_sql INTO held;
+        EXIT WHEN held > 0;
+      END LOOP; END \$\$" \
+    -c "$held_sql" -c "SELECT value::bigint FROM navis_lios_stats WHERE name = 'queue_length'" \
+    -c "\\! psql -X -q -h $LDIR -p $LPORT -U postgres -d postgres -c 'REINDEX INDEX lh_v'" \
+    -c "SELECT value::bigint FROM navis_lios_stats WHERE name = 'queue_length'" \
+    -c "DO \$\$ DECLARE q real[]; BEGIN
+      FOR i IN 1..20 LOOP
+        SELECT v INTO q FROM lk WHERE id = i * 37;
+        PERFORM id FROM lk ORDER BY v <-> q LIMIT 10;
+      END LOOP; END \$\$" \
+    -c "$held_sql" -c "SELECT value::bigint FROM navis_lios_stats WHERE name = 'queue_length'" |
+    grep -E '^-?[0-9]+$' | tr '\n' ' ')
+  local held left reindexed held_after left_after
+  read -r held left reindexed held_after left_after <<<"$out"
+  [ "$held" -gt 0 ] && [ "$left" -gt 0 ] ||
+    { fail lios_held "no group held with tasks left: $queued queued; held $held, queue $left"; cluster_stop "$LDIR"; return; }
+  # REINDEX dropped the queued tasks; the lk scan dropped the held group (the old code put it
+  # back: held 0, queue $held)
+  [ "$reindexed" = 0 ] && [ "$held_after" = 0 ] && [ "$left_after" = 0 ] ||
+    { fail lios_held "after REINDEX: queue $reindexed; after the lk scan: held $held_after, queue $left_after ($held were held)"; cluster_stop "$LDIR"; return; }
+  local verify; verify=$(lval "SELECT problems || '|' || dangling_edges FROM navis_verify('lh_v')")
+  [ "$verify" = "0|0" ] || { fail lios_held "navis_verify lh_v after REINDEX: $verify"; cluster_stop "$LDIR"; return; }
+  cluster_stop "$LDIR"
+  echo "ok       lios_held_group_after_reindex ($queued queued; a search held $held with $left queued; REINDEX dropped those, the next scan the held $held: queue and held 0, no worker)"
 }

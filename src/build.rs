@@ -413,6 +413,9 @@ pub unsafe extern "C-unwind" fn ambuild(
     if let Err(e) = result {
         build_failed(e);
     }
+    // (REINDEX, TRUNCATE, VACUUM FULL: LIOS tasks queued for the build this one replaces
+    // are stale)
+    crate::lios::new_build(index, build_id);
 
     // SAFETY: alloc0 returns a zeroed IndexBuildResult in the current memory context, which
     // is what ambuild must hand back to PostgreSQL.

@@ -23,8 +23,8 @@ use crate::guc;
 use crate::open::OpenIndex;
 use navis_engine::io_wait::StallWork;
 use navis_engine::lios::{
-    IdleBudgets, QueueHeader, QueueSink, StallClock, StepCosts, Task, TaskKind, TaskQueue,
-    TaskSlot, UtilisationTuner, WorkerRegistry,
+    IdleBudgets, IndexRef, QueueHeader, QueueSink, StallClock, StepCosts, Task, TaskKind,
+    TaskQueue, TaskSlot, UtilisationTuner, WorkerRegistry,
 };
 use navis_engine::update::{BackEdge, SlicedBackEdges, StepKind};
 use pgrx::pg_sys;
@@ -191,9 +191,37 @@ pub fn with_task_sink<R>(
     }
 }
 
-/// Forgets a dropped or rebuilt index's tasks; how many.
+/// Forgets the queued tasks of a build that is gone (its index dropped or rebuilt) and
+/// retires its tag, so that a group a backend holds of it is dropped rather than queued again;
+/// how many tasks were queued. If the DROP or rebuild rolls back, those tasks are lost: a
+/// back-edge each, which the next VACUUM reconnects, as after a crash.
 pub fn forget(tag: u64) -> usize {
-    queue().map_or(0, |(queue, _)| queue.forget(tag.max(1)))
+    let Some((queue, region)) = queue() else {
+        return 0;
+    };
+    let tag = tag.max(1);
+    region.workers.retire(tag);
+    let n = queue.forget(tag);
+    count(Count::Dropped, n as u64);
+    n
+}
+
+/// `index` has a new build (`build_id`) under the same relation: REINDEX, TRUNCATE and
+/// VACUUM FULL build anew. The tasks of the builds it replaces (those noted for the worker)
+/// name vertex ids that mean nothing now.
+pub fn new_build(index: pg_sys::Relation, build_id: u64) {
+    let Some((_, region)) = queue() else {
+        return;
+    };
+    // SAFETY: an open relation; MyDatabaseId is this backend's database.
+    let (relation, database) = unsafe { ((*index).rd_id, pg_sys::MyDatabaseId) };
+    let current = tag_of(index, build_id);
+    for tag in region
+        .workers
+        .retire_superseded(database.to_u32(), relation.to_u32(), current)
+    {
+        forget(tag);
+    }
 }
 
 /// Takes up to `max` of the index's tasks among the first `scan` queued and runs them;
@@ -323,7 +351,10 @@ pub fn record_search(latency: Duration) {
 /// memory a search has only a few stalls (most of its reads hit NAVIS-Cache), fewer than a
 /// group needs, so the next scan of the same index goes on with it.
 struct PendingGroup {
-    tag: u64,
+    /// The index and its tag when the group was taken: by the time the group goes back to
+    /// the queue, another session may have rebuilt or dropped the index (and forgotten the
+    /// tag's queued tasks), so the worker is told to check.
+    index: IndexRef,
     group: SlicedBackEdges,
 }
 
@@ -334,15 +365,24 @@ thread_local! {
 /// Whether this backend registered [`requeue_at_exit`].
 static EXIT_HOOKED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-/// Puts a pending group's tasks back in the queue; hands the group back (nothing queued)
-/// when the queue lacks room for them all.
-fn requeue(pending: PendingGroup) -> Option<PendingGroup> {
+/// Puts a pending group's tasks back in the queue and notes its index for the worker; hands
+/// the group back (nothing queued) when the queue lacks room for them all. The tasks of a
+/// build retired since (the index dropped or rebuilt by another session) are dropped
+/// instead; should the retirement come between the check and the pushes, the worker, noted
+/// here (and started if `launch_allowed` and none runs), finds the index's tag changed and
+/// forgets them.
+fn requeue(pending: PendingGroup, launch_allowed: bool) -> Option<PendingGroup> {
     // (no queue, no group: a group's tasks came from it)
-    let (queue, _) = queue()?;
+    let (queue, region) = queue()?;
+    if region.workers.is_retired(pending.index.tag) {
+        count(Count::Dropped, pending.group.len() as u64);
+        return None;
+    }
     if queue.len() + pending.group.len() > queue.capacity() {
         return Some(pending);
     }
-    let tag = pending.tag;
+    let index = pending.index;
+    let tag = index.tag;
     let mut lost = 0;
     for edge in pending.group.into_tasks() {
         let task = Task {
@@ -354,16 +394,18 @@ fn requeue(pending: PendingGroup) -> Option<PendingGroup> {
         lost += queue.push(task).is_err() as u64;
     }
     count(Count::Failed, lost);
+    crate::lios_worker::note_tasks_of(index, launch_allowed);
     None
 }
 
 /// At backend exit: the group under way goes back to the queue (if the queue is full, its
-/// tasks are lost, as a crash loses queued ones).
+/// tasks are lost, as a crash loses queued ones). It starts no worker from an exiting
+/// backend: the next insert or requeue of the database does.
 #[pg_guard]
 unsafe extern "C-unwind" fn requeue_at_exit(_code: i32, _arg: pg_sys::Datum) {
     if let Some(pending) = PENDING.with(|p| p.borrow_mut().take()) {
         let n = pending.group.len() as u64;
-        if requeue(pending).is_some() {
+        if requeue(pending, false).is_some() {
             count(Count::Failed, n);
         }
     }
@@ -383,7 +425,8 @@ enum Taken {
 /// rarer) run whole.
 pub struct SearchStalls<'a> {
     open: &'a OpenIndex,
-    tag: u64,
+    /// The scanned index (its tag, relation and database).
+    index: IndexRef,
     /// Work ran in the current stall.
     worked: bool,
 }
@@ -400,9 +443,15 @@ impl<'a> SearchStalls<'a> {
             return None;
         }
         queue()?;
+        // SAFETY: an open relation; MyDatabaseId is this backend's database.
+        let (relation, database) = unsafe { ((*index).rd_id, pg_sys::MyDatabaseId) };
         Some(SearchStalls {
             open,
-            tag: tag_of(index, open.build_id),
+            index: IndexRef {
+                tag: tag_of(index, open.build_id),
+                database: database.to_u32(),
+                relation: relation.to_u32(),
+            },
             worked: false,
         })
     }
@@ -412,10 +461,10 @@ impl<'a> SearchStalls<'a> {
     /// room for it, it stays and this stall runs nothing).
     fn take_group(&self, clock: &mut StallClock<'_>) -> Taken {
         if let Some(pending) = PENDING.with(|p| p.borrow_mut().take()) {
-            if pending.tag == self.tag {
+            if pending.index == self.index {
                 return Taken::Group(pending.group);
             }
-            if let Some(pending) = requeue(pending) {
+            if let Some(pending) = requeue(pending, guc::LIOS_WORKER.get()) {
                 PENDING.with(|p| *p.borrow_mut() = Some(pending));
                 return Taken::Nothing;
             }
@@ -425,11 +474,11 @@ impl<'a> SearchStalls<'a> {
         };
         let mut tasks: Vec<Task> = Vec::new();
         let max = SlicedBackEdges::max_tasks(&self.open.index);
-        queue.pop_kind(self.tag, false, max, SCAN_SLOTS, &mut tasks);
+        queue.pop_kind(self.index.tag, false, max, SCAN_SLOTS, &mut tasks);
         if tasks.is_empty() {
             // Repairs are not sliced: one at a time, each started only if a repair's mean
             // cost fits what is left (else it goes back to the queue).
-            queue.pop_kind(self.tag, true, 1, SCAN_SLOTS, &mut tasks);
+            queue.pop_kind(self.index.tag, true, 1, SCAN_SLOTS, &mut tasks);
             let Some(&repair) = tasks.first() else {
                 return Taken::Nothing;
             };
@@ -486,7 +535,7 @@ impl StallWork for SearchStalls<'_> {
                 }
                 Ok(None) => {
                     let pending = PendingGroup {
-                        tag: self.tag,
+                        index: self.index,
                         group,
                     };
                     PENDING.with(|p| *p.borrow_mut() = Some(pending));

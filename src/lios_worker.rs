@@ -59,9 +59,6 @@ pub fn note_search() {
 /// `max_worker_processes` slot in use) is tried again after `LAUNCH_PATIENCE_US`; until then
 /// searches, inserters and VACUUM run the tasks.
 pub fn after_deferring(index: pg_sys::Relation, tag: u64) {
-    let Some(registry) = registry() else {
-        return;
-    };
     // SAFETY: an open relation; MyDatabaseId is this backend's database.
     let (relation, database) = unsafe { ((*index).rd_id, pg_sys::MyDatabaseId) };
     let noted = IndexRef {
@@ -69,7 +66,16 @@ pub fn after_deferring(index: pg_sys::Relation, tag: u64) {
         database: database.to_u32(),
         relation: relation.to_u32(),
     };
-    let launch_allowed = guc::LIOS_WORKER.get();
+    note_tasks_of(noted, guc::LIOS_WORKER.get());
+}
+
+/// Tasks of `noted` are in the queue: notes the index for its database's worker, which runs
+/// them or, when the index was dropped or rebuilt meanwhile, forgets them; starts that worker
+/// when none runs and `launch_allowed`.
+pub fn note_tasks_of(noted: IndexRef, launch_allowed: bool) {
+    let Some(registry) = registry() else {
+        return;
+    };
     match registry.note_insert(noted, now_us(), launch_allowed) {
         Launch::Start(ticket) => launch(ticket),
         Launch::NotNeeded | Launch::NoSlot => {}
@@ -240,9 +246,7 @@ fn run_index(registry: &WorkerRegistry, noted: IndexRef, max: usize) -> usize {
             .map(|meta| lios::tag_of(index, meta.build_id))
     };
     if current_tag != Some(noted.tag) {
-        let forgotten = lios::forget(noted.tag);
-        lios::count(Count::Dropped, forgotten as u64);
-        registry.forget(noted.tag);
+        lios::forget(noted.tag);
         close(index);
         return 0;
     }

@@ -124,7 +124,8 @@ impl<'a> TaskQueue<'a> {
         self.slots.len()
     }
 
-    /// Tasks queued, forgotten ones included until they are passed over.
+    /// Slots in use: the tasks queued, and any slot a search emptied behind the oldest task
+    /// (until the head passes over it or a forget moves the tasks up).
     pub fn len(&self) -> usize {
         let _g = self.header.lock.lock();
         (self.header.tail.load(Relaxed) - self.header.head.load(Relaxed)) as usize
@@ -244,18 +245,35 @@ impl<'a> TaskQueue<'a> {
     }
 
     /// Forgets every queued task of the index tagged `tag` (DROP, REINDEX, TRUNCATE, or a
-    /// rebuild: its vertex ids mean nothing any more). Returns how many.
+    /// rebuild: its vertex ids mean nothing any more). Returns how many. The tasks left move
+    /// up, in order, over the forgotten ones and any slot emptied before: a forgotten index
+    /// may have filled the queue, and its slots are free at once (rare, so one pass over the
+    /// queue under the lock is affordable).
     pub fn forget(&self, tag: u64) -> usize {
         let _g = self.header.lock.lock();
         let (head, tail) = (
             self.header.head.load(Relaxed),
             self.header.tail.load(Relaxed),
         );
-        (head..tail)
-            .map(|seq| self.slot(seq))
-            .filter(|s| s.tag.load(Relaxed) == tag)
-            .map(|s| s.tag.store(0, Relaxed))
-            .count()
+        let mut forgotten = 0;
+        let mut kept = head;
+        for seq in head..tail {
+            let from = self.slot(seq);
+            let slot_tag = from.tag.load(Relaxed);
+            forgotten += usize::from(slot_tag == tag);
+            if slot_tag == 0 || slot_tag == tag {
+                continue;
+            }
+            if kept != seq {
+                let to = self.slot(kept);
+                to.tag.store(slot_tag, Relaxed);
+                to.vertex.store(from.vertex.load(Relaxed), Relaxed);
+                to.arg.store(from.arg.load(Relaxed), Relaxed);
+            }
+            kept += 1;
+        }
+        self.header.tail.store(kept, Relaxed);
+        forgotten
     }
 }
 
@@ -372,6 +390,7 @@ mod tests {
         assert!(q.holds(1) && q.holds(2) && !q.holds(3));
         assert_eq!(q.forget(1), 3);
         assert!(!q.holds(1) && q.holds(2));
+        assert_eq!(q.len(), 3, "the forgotten slots are free at once");
         let left: Vec<Task> = std::iter::from_fn(|| q.pop()).collect();
         assert_eq!(
             left,
@@ -382,6 +401,45 @@ mod tests {
             ]
         );
         assert!(q.is_empty());
+    }
+
+    #[test]
+    fn forgetting_frees_slots_anywhere_and_keeps_the_order() {
+        let (h, s) = (QueueHeader::new(), slots(8));
+        let q = TaskQueue::new(&h, &s);
+        // wrap around the ring first
+        for i in 0..5 {
+            q.push(back_edge(3, i, 1)).unwrap();
+        }
+        for _ in 0..5 {
+            q.pop().unwrap();
+        }
+        // 8 queued: index 1 at the head, 2 and 1 mixed, a hole left by a search of index 3
+        for (tag, vertex) in [
+            (1, 0),
+            (1, 1),
+            (2, 2),
+            (3, 3),
+            (1, 4),
+            (2, 5),
+            (1, 6),
+            (2, 7),
+        ] {
+            q.push(back_edge(tag, vertex, 9)).unwrap();
+        }
+        let mut taken = Vec::new();
+        q.pop_for(3, 1, 8, &mut taken);
+        assert_eq!(taken, vec![back_edge(3, 3, 9)]);
+        assert_eq!(q.len(), 8, "a hole in the middle stays counted");
+        assert!(q.push(back_edge(2, 8, 9)).is_err(), "full");
+        assert_eq!(q.forget(1), 4);
+        assert_eq!(q.len(), 3);
+        for vertex in 8..13 {
+            q.push(back_edge(2, vertex, 9)).unwrap();
+        }
+        assert!(q.push(back_edge(2, 13, 9)).is_err(), "full again at 8");
+        let left: Vec<u32> = std::iter::from_fn(|| q.pop()).map(|t| t.vertex).collect();
+        assert_eq!(left, vec![2, 5, 7, 8, 9, 10, 11, 12]);
     }
 
     #[test]

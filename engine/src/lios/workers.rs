@@ -15,6 +15,8 @@ use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
 /// Indexes the directory remembers (more with tasks queued at once run only in searches,
 /// inserts and VACUUM).
 pub const DIRECTORY_SIZE: usize = 64;
+/// Retired tags remembered (the most recent ones).
+pub const RETIRED_SIZE: usize = 16;
 /// Databases served by a worker at once.
 pub const WORKER_SLOTS: usize = 8;
 /// A worker slot claimed for a launch that has not started for this long may be claimed
@@ -63,6 +65,11 @@ pub struct WorkerRegistry {
     last_search_us: AtomicI64,
     indexes: [DirectoryEntry; DIRECTORY_SIZE],
     workers: [WorkerSlot; WORKER_SLOTS],
+    /// Tags of builds no longer in use (an index dropped or rebuilt), a ring of the latest:
+    /// tasks a backend held out of the queue while their build was retired are dropped, not
+    /// queued again.
+    retired: [AtomicU64; RETIRED_SIZE],
+    retired_next: AtomicU32,
 }
 
 /// One claim of a worker slot: what a worker is started with, and shows to beat and release.
@@ -120,6 +127,8 @@ impl WorkerRegistry {
                 generation: AtomicU32::new(0),
                 since_us: AtomicI64::new(0),
             }),
+            retired: std::array::from_fn(|_| AtomicU64::new(0)),
+            retired_next: AtomicU32::new(0),
         }
     }
 
@@ -265,14 +274,64 @@ impl WorkerRegistry {
             .collect()
     }
 
-    /// Forgets the index tagged `tag` (dropped, rebuilt, or without tasks).
+    /// Forgets the index tagged `tag` (without tasks, or retired).
     pub fn forget(&self, tag: u64) {
         let _g = self.lock.lock();
+        self.forget_locked(tag);
+    }
+
+    fn forget_locked(&self, tag: u64) {
         for e in &self.indexes {
             if e.tag.load(Ordering::Relaxed) == tag {
                 e.tag.store(0, Ordering::Release);
             }
         }
+    }
+
+    /// The build tagged `tag` is gone (its index was dropped or rebuilt): forgets its entry
+    /// and remembers the tag among the retired.
+    pub fn retire(&self, tag: u64) {
+        let _g = self.lock.lock();
+        self.retire_locked(tag);
+    }
+
+    fn retire_locked(&self, tag: u64) {
+        self.forget_locked(tag);
+        if tag == 0 || self.is_retired(tag) {
+            return;
+        }
+        let next = self.retired_next.fetch_add(1, Ordering::Relaxed) as usize % RETIRED_SIZE;
+        self.retired[next].store(tag, Ordering::Release);
+    }
+
+    /// Index `relation` of `database` has a new build, tagged `current` (REINDEX, TRUNCATE
+    /// and VACUUM FULL build anew under the same relation): retires every other tag noted
+    /// for it and returns them, so that the caller drops their queued tasks.
+    pub fn retire_superseded(&self, database: u32, relation: u32, current: u64) -> Vec<u64> {
+        let _g = self.lock.lock();
+        let superseded: Vec<u64> = self
+            .indexes
+            .iter()
+            .filter(|e| {
+                e.database.load(Ordering::Relaxed) == database
+                    && e.relation.load(Ordering::Relaxed) == relation
+            })
+            .map(|e| e.tag.load(Ordering::Relaxed))
+            .filter(|&tag| tag != 0 && tag != current)
+            .collect();
+        for &tag in &superseded {
+            self.retire_locked(tag);
+        }
+        superseded
+    }
+
+    /// Whether the build tagged `tag` was retired (among the last [`RETIRED_SIZE`]).
+    pub fn is_retired(&self, tag: u64) -> bool {
+        tag != 0
+            && self
+                .retired
+                .iter()
+                .any(|t| t.load(Ordering::Acquire) == tag)
     }
 }
 
@@ -376,6 +435,48 @@ mod tests {
         r.note_insert(index(2000, 1), 0, true);
         assert!(r.indexes_of(1).contains(&index(2000, 1)));
         assert!(!r.indexes_of(1).contains(&index(1000, 1)));
+    }
+
+    #[test]
+    fn a_rebuild_retires_the_tags_noted_for_its_relation() {
+        let r = WorkerRegistry::new();
+        let reindexed = |tag| IndexRef {
+            tag,
+            database: 5,
+            relation: 16_384,
+        };
+        r.note_insert(reindexed(7), 0, false);
+        r.note_insert(reindexed(8), 0, false); // an older build still noted
+        r.note_insert(index(9, 5), 0, false); // another index of the database
+        r.note_insert(
+            IndexRef {
+                database: 6,
+                ..reindexed(10)
+            },
+            0,
+            false,
+        ); // same OID elsewhere
+        let mut superseded = r.retire_superseded(5, 16_384, 11);
+        superseded.sort_unstable();
+        assert_eq!(superseded, vec![7, 8]);
+        assert!(r.is_retired(7) && r.is_retired(8));
+        assert!(!r.is_retired(9) && !r.is_retired(10) && !r.is_retired(11));
+        assert_eq!(r.indexes_of(5), vec![index(9, 5)]);
+        assert_eq!(r.indexes_of(6).len(), 1);
+        // the current build's own tag is never retired by its own rebuild
+        r.note_insert(reindexed(11), 0, false);
+        assert!(r.retire_superseded(5, 16_384, 11).is_empty());
+        assert!(!r.is_retired(11));
+        // a drop retires directly; the ring keeps the last RETIRED_SIZE tags
+        r.retire(9);
+        assert!(r.is_retired(9) && r.indexes_of(5).len() == 1);
+        for tag in 100..100 + RETIRED_SIZE as u64 {
+            r.retire(tag);
+            r.retire(tag); // twice: one slot
+        }
+        assert!(!r.is_retired(9), "pushed out by RETIRED_SIZE newer tags");
+        assert!((100..100 + RETIRED_SIZE as u64).all(|t| r.is_retired(t)));
+        assert!(!r.is_retired(0));
     }
 
     #[test]
