@@ -18,6 +18,7 @@ mod guc;
 mod insert;
 mod io_stats;
 mod lios;
+mod lios_stalls;
 mod lios_worker;
 mod open;
 mod options;

@@ -354,7 +354,7 @@ pub unsafe extern "C-unwind" fn amgettuple(
         let passes_before = cursor.passes();
         let started = guc::LIOS.get().then(std::time::Instant::now);
         // SAFETY: the scan's index relation, open for the whole scan.
-        let stalls = crate::lios::SearchStalls::new(unsafe { (*scan).indexRelation }, &open);
+        let stalls = crate::lios_stalls::SearchStalls::new(unsafe { (*scan).indexRelation }, &open);
         let next = match stalls {
             Some(mut work) => {
                 navis_engine::io_wait::with_stall_work(&mut work, || cursor.next_hit())
@@ -380,7 +380,7 @@ pub unsafe extern "C-unwind" fn amgettuple(
         );
         if passes_before == 0 && cursor.passes() > 0 {
             if let Some(started) = started {
-                crate::lios::record_search(started.elapsed());
+                crate::lios_stalls::record_search(started.elapsed());
             }
             if run.calibrating {
                 if let Some(w) = cursor.calibration_sample() {
