@@ -642,6 +642,7 @@ source pg_test/cluster_fdw.sh
 source pg_test/cluster_build.sh
 source pg_test/cluster_result_cache.sh
 source pg_test/cluster_lios.sh
+source pg_test/cluster_lios_stress.sh
 source pg_test/cluster_upgrade.sh
 
 # The cluster tests use two test-only SQL functions (src/test_functions.rs) as well.
