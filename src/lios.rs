@@ -266,7 +266,7 @@ fn run_back_edges(open: &OpenIndex, edges: &[BackEdge], who: Count) {
     }
 }
 
-pub(crate) fn run_repairs(open: &OpenIndex, repairs: &[u32], who: Count) {
+fn run_repairs(open: &OpenIndex, repairs: &[u32], who: Count) {
     if repairs.is_empty() {
         return;
     }

@@ -1,21 +1,20 @@
 //! LIOS work in a search's read stalls (RFC 0004 §2, "Sliced tasks"): between submitting a
-//! hop's reads and waiting for them, a scan works on a group of its own index's back-edge
-//! tasks a step at a time ([`SlicedBackEdges`]), within the engine's overrun-bounded budget
-//! times the utilisation ratio of its tuner, both per backend. The group under way stays with
-//! the backend for its next scan of the same index; it goes back to the queue when the backend
-//! scans another index or exits, and is dropped if its build was retired meanwhile. Repairs
-//! run one at a time.
+//! hop's reads and waiting for them, a scan works on its own index's tasks a step at a time
+//! (a group of back-edges as [`SlicedBackEdges`], a repair as [`SlicedRepair`]), within the
+//! engine's overrun-bounded budget times the utilisation ratio of its tuner, both per
+//! backend. The work under way stays with the backend for its next scan of the same index;
+//! it goes back to the queue when the backend scans another index or exits, and is dropped
+//! if its build was retired meanwhile.
 
 use crate::guc;
-use crate::lios::{
-    count, queue, run_repairs, split_tasks, tag_of, tasks_failed, Count, SCAN_SLOTS,
-};
+use crate::lios::{count, queue, split_tasks, tag_of, tasks_failed, Count, SCAN_SLOTS};
 use crate::open::OpenIndex;
+use navis_engine::index::IndexError;
 use navis_engine::io_wait::StallWork;
 use navis_engine::lios::{
     IdleBudgets, IndexRef, StallClock, StepCosts, Task, TaskKind, UtilisationTuner,
 };
-use navis_engine::update::{SlicedBackEdges, StepKind};
+use navis_engine::update::{SlicedBackEdges, SlicedRepair, StepKind, WriteLocks};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use std::cell::RefCell;
@@ -59,50 +58,98 @@ pub fn record_search(latency: Duration) {
     with_pacing(|p| p.tuner.record_search(latency.as_secs_f64() * 1e6));
 }
 
-/// The back-edge group this backend has under way, and the index (tag) it belongs to. Its
-/// tasks are out of the queue until it commits. It outlives the scan that took it: out of
-/// memory a search has only a few stalls (most of its reads hit NAVIS-Cache), fewer than a
-/// group needs, so the next scan of the same index goes on with it.
-struct PendingGroup {
-    /// The index and its tag when the group was taken: by the time the group goes back to
-    /// the queue, another session may have rebuilt or dropped the index (and forgotten the
+/// Task work run in slices: a group of back-edges, or one repair.
+enum Work {
+    BackEdges(SlicedBackEdges),
+    Repair(SlicedRepair),
+}
+
+impl Work {
+    fn len(&self) -> usize {
+        match self {
+            Work::BackEdges(group) => group.len(),
+            Work::Repair(_) => 1,
+        }
+    }
+
+    /// Its tasks, to queue again.
+    fn into_tasks(self, tag: u64) -> Vec<Task> {
+        match self {
+            Work::BackEdges(group) => group
+                .into_tasks()
+                .into_iter()
+                .map(|edge| Task {
+                    tag,
+                    vertex: edge.vertex,
+                    kind: TaskKind::BackEdge { to: edge.to },
+                })
+                .collect(),
+            Work::Repair(repair) => vec![Task {
+                tag,
+                vertex: repair.vertex(),
+                kind: TaskKind::Repair,
+            }],
+        }
+    }
+
+    /// Runs steps while `may_start` allows: `Some((done, dropped))` once committed.
+    fn advance(
+        &mut self,
+        open: &OpenIndex,
+        locks: &dyn WriteLocks,
+        may_start: &mut dyn FnMut(StepKind) -> bool,
+    ) -> Result<Option<(u64, u64)>, IndexError> {
+        Ok(match self {
+            Work::BackEdges(group) => group
+                .advance(&open.index, locks, may_start)?
+                .map(|r| (r.done, r.dropped)),
+            Work::Repair(repair) => repair
+                .advance(&open.index, locks, may_start)?
+                .map(|r| (r.done, r.dropped)),
+        })
+    }
+}
+
+/// The work this backend has under way, and the index (tag) it belongs to. Its tasks are
+/// out of the queue until it commits. It outlives the scan that took it: out of memory a
+/// search has only a few stalls (most of its reads hit NAVIS-Cache), fewer than a group or
+/// a repair needs, so the next scan of the same index goes on with it. (VACUUM cannot see
+/// it: a list a held repair would fix, VACUUM repairs itself or hands out again before it
+/// frees what the list points at; the held repair's commit then finds it repaired.)
+struct Pending {
+    /// The index and its tag when the work was taken: by the time it goes back to the
+    /// queue, another session may have rebuilt or dropped the index (and forgotten the
     /// tag's queued tasks), so the worker is told to check.
     index: IndexRef,
-    group: SlicedBackEdges,
+    work: Work,
 }
 
 thread_local! {
-    static PENDING: RefCell<Option<PendingGroup>> = const { RefCell::new(None) };
+    static PENDING: RefCell<Option<Pending>> = const { RefCell::new(None) };
 }
 
 /// Whether this backend registered [`requeue_at_exit`].
 static EXIT_HOOKED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-/// Puts a pending group's tasks back in the queue and notes its index for the worker; hands
-/// the group back (nothing queued) when the queue lacks room for them all. The tasks of a
+/// Puts pending work's tasks back in the queue and notes its index for the worker; hands
+/// the work back (nothing queued) when the queue lacks room for them all. The tasks of a
 /// build retired since (the index dropped or rebuilt by another session) are dropped
 /// instead; should the retirement come between the check and the pushes, the worker, noted
 /// here (and started if `launch_allowed` and none runs), finds the index's tag changed and
 /// forgets them.
-fn requeue(pending: PendingGroup, launch_allowed: bool) -> Option<PendingGroup> {
-    // (no queue, no group: a group's tasks came from it)
+fn requeue(pending: Pending, launch_allowed: bool) -> Option<Pending> {
+    // (no queue, no pending work: its tasks came from it)
     let (queue, region) = queue()?;
     if region.workers.is_retired(pending.index.tag) {
-        count(Count::Dropped, pending.group.len() as u64);
+        count(Count::Dropped, pending.work.len() as u64);
         return None;
     }
-    if queue.len() + pending.group.len() > queue.capacity() {
+    if queue.len() + pending.work.len() > queue.capacity() {
         return Some(pending);
     }
     let index = pending.index;
-    let tag = index.tag;
     let mut lost = 0;
-    for edge in pending.group.into_tasks() {
-        let task = Task {
-            tag,
-            vertex: edge.vertex,
-            kind: TaskKind::BackEdge { to: edge.to },
-        };
+    for task in pending.work.into_tasks(index.tag) {
         // (another backend may have filled the room meanwhile)
         lost += queue.push(task).is_err() as u64;
     }
@@ -111,31 +158,23 @@ fn requeue(pending: PendingGroup, launch_allowed: bool) -> Option<PendingGroup> 
     None
 }
 
-/// At backend exit: the group under way goes back to the queue (if the queue is full, its
+/// At backend exit: the work under way goes back to the queue (if the queue is full, its
 /// tasks are lost, as a crash loses queued ones). It starts no worker from an exiting
 /// backend: the next insert or requeue of the database does.
 #[pg_guard]
 unsafe extern "C-unwind" fn requeue_at_exit(_code: i32, _arg: pg_sys::Datum) {
     if let Some(pending) = PENDING.with(|p| p.borrow_mut().take()) {
-        let n = pending.group.len() as u64;
+        let n = pending.work.len() as u64;
         if requeue(pending, false).is_some() {
             count(Count::Failed, n);
         }
     }
 }
 
-/// What a stall found to do.
-enum Taken {
-    Group(SlicedBackEdges),
-    /// A repair, which ran.
-    RepairsRan,
-    Nothing,
-}
-
 /// The stall work of one scan: its own index's tasks, a slice at a time, within the
-/// budget. Back-edges run as [`SlicedBackEdges`] groups that look at the clock between
-/// steps and resume in the next stall (of this scan or the next); repairs (VACUUM's,
-/// rarer) run whole.
+/// budget. Back-edges run as [`SlicedBackEdges`] groups, repairs (VACUUM's, rarer) one at a
+/// time as [`SlicedRepair`]s; both look at the clock between steps and resume in the next
+/// stall (of this scan or the next).
 pub struct SearchStalls<'a> {
     open: &'a OpenIndex,
     /// The scanned index (its tag, relation and database).
@@ -169,39 +208,34 @@ impl<'a> SearchStalls<'a> {
         })
     }
 
-    /// The group to work on: the pending one if it is this index's, else a new one from the
-    /// queue (a pending group of another index goes back to the queue first; if there is no
-    /// room for it, it stays and this stall runs nothing).
-    fn take_group(&self, clock: &mut StallClock<'_>) -> Taken {
+    /// The work to do: the pending work if it is this index's, else new work from the
+    /// queue, back-edges first (pending work of another index goes back to the queue first;
+    /// if there is no room for it, it stays and this stall runs nothing).
+    fn take_work(&self) -> Option<Work> {
         if let Some(pending) = PENDING.with(|p| p.borrow_mut().take()) {
             if pending.index == self.index {
-                return Taken::Group(pending.group);
+                return Some(pending.work);
             }
             if let Some(pending) = requeue(pending, guc::LIOS_WORKER.get()) {
                 PENDING.with(|p| *p.borrow_mut() = Some(pending));
-                return Taken::Nothing;
+                return None;
             }
         }
-        let Some((queue, _)) = queue() else {
-            return Taken::Nothing;
-        };
+        let (queue, _) = queue()?;
         let mut tasks: Vec<Task> = Vec::new();
         let max = SlicedBackEdges::max_tasks(&self.open.index);
         queue.pop_kind(self.index.tag, false, max, SCAN_SLOTS, &mut tasks);
         if tasks.is_empty() {
-            // Repairs are not sliced: one at a time, each started only if a repair's mean
-            // cost fits what is left (else it goes back to the queue).
             queue.pop_kind(self.index.tag, true, 1, SCAN_SLOTS, &mut tasks);
-            let Some(&repair) = tasks.first() else {
-                return Taken::Nothing;
-            };
-            if !clock.may_start(StepKind::Repair) && queue.push(repair).is_ok() {
-                return Taken::Nothing;
-            }
-            run_repairs(self.open, &[repair.vertex], Count::RunBySearches);
-            return Taken::RepairsRan;
         }
-        let (edges, _) = split_tasks(&tasks);
+        let (edges, repairs) = split_tasks(&tasks);
+        let work = if let Some(&u) = repairs.first() {
+            Work::Repair(SlicedRepair::new(&self.open.index, u))
+        } else if !edges.is_empty() {
+            Work::BackEdges(SlicedBackEdges::new(&self.open.index, edges))
+        } else {
+            return None;
+        };
         if !EXIT_HOOKED.swap(true, Ordering::Relaxed) {
             // SAFETY: registers a callback without an argument, once per backend; it only
             // moves this backend's pending tasks into the queue in shared memory.
@@ -209,7 +243,7 @@ impl<'a> SearchStalls<'a> {
                 pg_sys::before_shmem_exit(Some(requeue_at_exit), pg_sys::Datum::from(0usize))
             };
         }
-        Taken::Group(SlicedBackEdges::new(&self.open.index, edges))
+        Some(work)
     }
 }
 
@@ -225,37 +259,24 @@ impl StallWork for SearchStalls<'_> {
         let mut costs = with_pacing(|p| std::mem::take(&mut p.steps));
         let mut clock = StallClock::new(&mut costs, budget_us);
         let locks = self.open.locks();
-        loop {
-            let mut group = match self.take_group(&mut clock) {
-                Taken::Group(group) => group,
-                Taken::RepairsRan => {
-                    self.worked = true;
-                    if clock.out_of_time() {
-                        break;
-                    }
-                    continue;
-                }
-                Taken::Nothing => break,
-            };
-            // (a PostgreSQL ERROR inside unwinds past here and loses the group's tasks,
-            // as a crash loses queued ones)
-            let advanced =
-                group.advance(&self.open.index, &locks, &mut |kind| clock.may_start(kind));
-            match advanced {
-                Ok(Some(report)) => {
-                    count(Count::RunBySearches, report.done);
-                    count(Count::Dropped, report.dropped);
+        while let Some(mut work) = self.take_work() {
+            // (a PostgreSQL ERROR inside unwinds past here and loses the work's tasks, as a
+            // crash loses queued ones)
+            match work.advance(self.open, &locks, &mut |kind| clock.may_start(kind)) {
+                Ok(Some((done, dropped))) => {
+                    count(Count::RunBySearches, done);
+                    count(Count::Dropped, dropped);
                 }
                 Ok(None) => {
-                    let pending = PendingGroup {
+                    let pending = Pending {
                         index: self.index,
-                        group,
+                        work,
                     };
                     PENDING.with(|p| *p.borrow_mut() = Some(pending));
                     break;
                 }
                 Err(e) => {
-                    tasks_failed(group.len(), e);
+                    tasks_failed(work.len(), e);
                     break;
                 }
             }

@@ -75,6 +75,14 @@ impl Index {
         kept
     }
 
+    /// Whether a vertex is doomed: deleted and not kept as an entry point (the test
+    /// [`Index::run_repairs`] applies, with the entry points as they are now).
+    pub(super) fn doomed_test(&self) -> impl Fn(VertexId) -> bool + '_ {
+        let kept = self.kept_entry_points();
+        let table = self.files().indirection();
+        move |w| table.entry(w).is_some_and(|e| e.is_deleted()) && !kept.contains(&w)
+    }
+
     /// `u`'s list `current` with its doomed neighbours replaced by their own lists
     /// (`list_of`), doomed and freed vertices left out, pruned to the degree.
     pub(super) fn repaired_list(
@@ -82,11 +90,33 @@ impl Index {
         u: VertexId,
         current: &[VertexId],
         is_doomed: &dyn Fn(VertexId) -> bool,
-        mut list_of: impl FnMut(VertexId) -> Vec<VertexId>,
+        list_of: impl FnMut(VertexId) -> Vec<VertexId>,
         vectors: &mut VectorCache<'_>,
     ) -> Vec<VertexId> {
-        let table = self.files().indirection();
+        let pool = self.repair_pool(u, current, is_doomed, list_of);
+        if pool.len() <= self.files().edge_layout().max_degree() {
+            return pool;
+        }
         let max_degree = self.files().edge_layout().max_degree();
+        let alpha = self.files().manifest().params.alpha;
+        let prune = prune_metric(self.metric());
+        let mut scored = self.score_repair_pool(u, &pool, vectors);
+        robust_prune(&mut scored, alpha, max_degree, |a, b| {
+            vectors.distance(prune, a, b)
+        })
+    }
+
+    /// The candidates of `u`'s repaired list: `current` with each doomed neighbour replaced
+    /// by its own list (`list_of`), without `u`, doomed or freed vertices, sorted, once each.
+    /// At most the degree: the repaired list itself; more: what RobustPrune cuts down.
+    pub(super) fn repair_pool(
+        &self,
+        u: VertexId,
+        current: &[VertexId],
+        is_doomed: &dyn Fn(VertexId) -> bool,
+        mut list_of: impl FnMut(VertexId) -> Vec<VertexId>,
+    ) -> Vec<VertexId> {
+        let table = self.files().indirection();
         let mut pool: Vec<VertexId> = Vec::new();
         for &w in current {
             if is_doomed(w) {
@@ -98,18 +128,20 @@ impl Index {
         pool.retain(|&w| w != u && !is_doomed(w) && table.entry(w).is_some());
         pool.sort_unstable();
         pool.dedup();
-        if pool.len() <= max_degree {
-            return pool;
-        }
-        let alpha = self.files().manifest().params.alpha;
+        pool
+    }
+
+    /// `pool` with each candidate's distance from `u`, for RobustPrune.
+    pub(super) fn score_repair_pool(
+        &self,
+        u: VertexId,
+        pool: &[VertexId],
+        vectors: &mut VectorCache<'_>,
+    ) -> Vec<(VertexId, f32)> {
         let prune = prune_metric(self.metric());
-        let mut scored: Vec<(VertexId, f32)> = pool
-            .iter()
+        pool.iter()
             .map(|&w| (w, vectors.distance(prune, u, w)))
-            .collect();
-        robust_prune(&mut scored, alpha, max_degree, |a, b| {
-            vectors.distance(prune, a, b)
-        })
+            .collect()
     }
 
     /// Drops from the lists of `held` (doomed vertices kept for a later VACUUM, still
@@ -165,9 +197,7 @@ impl Index {
         let files = self.files();
         let table = files.indirection();
         let log = self.log()?;
-        let kept = self.kept_entry_points();
-        let is_doomed =
-            |w: VertexId| table.entry(w).is_some_and(|e| e.is_deleted()) && !kept.contains(&w);
+        let is_doomed = self.doomed_test();
         let spp = files.edge_layout().slots_per_page();
         let mut vectors = VectorCache::new(self);
         let mut page_buf = vec![0u8; files.edge_layout().page_size()];
@@ -222,7 +252,7 @@ impl Index {
     /// vertex's list but a compaction moving it (until the VACUUM that frees it, which runs
     /// the queued repairs first), so a read that finds the slot moved reads again. Empty if
     /// it keeps moving or `w` is gone: the repair then only drops `w`.
-    fn doomed_list(&self, w: VertexId, buf: &mut [u8]) -> Vec<VertexId> {
+    pub(super) fn doomed_list(&self, w: VertexId, buf: &mut [u8]) -> Vec<VertexId> {
         let files = self.files();
         for _ in 0..3 {
             let Some(entry) = files.indirection().entry(w) else {

@@ -71,8 +71,9 @@ pub enum StepKind {
     PruneSlice,
     /// Locks, reads again, writes one page through the log.
     Commit,
-    /// A whole repair task (VACUUM's; not sliced), run by the caller.
-    Repair,
+    /// A repair's candidate pool ([`super::SlicedRepair`]): its doomed neighbours' lists
+    /// merged, a PQ reconstruction and a distance per candidate (often a few hundred).
+    RepairPool,
 }
 
 impl StepKind {
@@ -82,7 +83,7 @@ impl StepKind {
         StepKind::Pool,
         StepKind::PruneSlice,
         StepKind::Commit,
-        StepKind::Repair,
+        StepKind::RepairPool,
     ];
 
     pub fn index(self) -> usize {
