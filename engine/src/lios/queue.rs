@@ -194,7 +194,7 @@ impl<'a> TaskQueue<'a> {
     }
 
     /// As [`Self::pop_for`], of the tasks that are repairs (`repairs`) or back-edges (not):
-    /// a search slices back-edges and runs repairs one at a time.
+    /// a search takes a group of back-edges, or one repair.
     pub fn pop_kind(&self, tag: u64, repairs: bool, max: usize, scan: usize, out: &mut Vec<Task>) {
         self.pop_matching(tag, max, scan, out, |arg| (arg == REPAIR) == repairs);
     }
