@@ -420,7 +420,8 @@ test_lios_held_group_after_reindex() {
         $held_sql INTO held;
         EXIT WHEN held > 0;
       END LOOP; END \$\$" \
-    -c "$held_sql" -c "SELECT value::bigint FROM navis_lios_stats WHERE name = 'queue_length'" \
+    -c "$held_sql" -c "SELECT value::bigint FROM navis_lios_stats WHERE name = 'tasks_held_by_backends'" \
+    -c "SELECT value::bigint FROM navis_lios_stats WHERE name = 'queue_length'" \
     -c "\\! psql -X -q -h $LDIR -p $LPORT -U postgres -d postgres -c 'REINDEX INDEX lh_v'" \
     -c "SELECT value::bigint FROM navis_lios_stats WHERE name = 'queue_length'" \
     -c "DO \$\$ DECLARE q real[]; BEGIN
@@ -428,18 +429,19 @@ test_lios_held_group_after_reindex() {
         SELECT v INTO q FROM lk WHERE id = i * 37;
         PERFORM id FROM lk ORDER BY v <-> q LIMIT 10;
       END LOOP; END \$\$" \
-    -c "$held_sql" -c "SELECT value::bigint FROM navis_lios_stats WHERE name = 'queue_length'" |
+    -c "$held_sql" -c "SELECT value::bigint FROM navis_lios_stats WHERE name = 'tasks_held_by_backends'" \
+    -c "SELECT value::bigint FROM navis_lios_stats WHERE name = 'queue_length'" |
     grep -E '^-?[0-9]+$' | tr '\n' ' ')
-  local held left reindexed held_after left_after
-  read -r held left reindexed held_after left_after <<<"$out"
-  [ "$held" -gt 0 ] && [ "$left" -gt 0 ] ||
-    { fail lios_held "no group held with tasks left: $queued queued; held $held, queue $left"; cluster_stop "$LDIR"; return; }
+  local held gauge left reindexed held_after gauge_after left_after
+  read -r held gauge left reindexed held_after gauge_after left_after <<<"$out"
+  [ "$held" -gt 0 ] && [ "$left" -gt 0 ] && [ "$gauge" = "$held" ] ||
+    { fail lios_held "no group held with tasks left: $queued queued; held $held (tasks_held_by_backends $gauge), queue $left"; cluster_stop "$LDIR"; return; }
   # REINDEX dropped the queued tasks; the lk scan dropped the held group (the old code put it
   # back: held 0, queue $held)
-  [ "$reindexed" = 0 ] && [ "$held_after" = 0 ] && [ "$left_after" = 0 ] ||
-    { fail lios_held "after REINDEX: queue $reindexed; after the lk scan: held $held_after, queue $left_after ($held were held)"; cluster_stop "$LDIR"; return; }
+  [ "$reindexed" = 0 ] && [ "$held_after" = 0 ] && [ "$gauge_after" = 0 ] && [ "$left_after" = 0 ] ||
+    { fail lios_held "after REINDEX: queue $reindexed; after the lk scan: held $held_after (tasks_held_by_backends $gauge_after), queue $left_after ($held were held)"; cluster_stop "$LDIR"; return; }
   local verify; verify=$(lval "SELECT problems || '|' || dangling_edges FROM navis_verify('lh_v')")
   [ "$verify" = "0|0" ] || { fail lios_held "navis_verify lh_v after REINDEX: $verify"; cluster_stop "$LDIR"; return; }
   cluster_stop "$LDIR"
-  echo "ok       lios_held_group_after_reindex ($queued queued; a search held $held with $left queued; REINDEX dropped those, the next scan the held $held: queue and held 0, no worker)"
+  echo "ok       lios_held_group_after_reindex ($queued queued; a search held $held (tasks_held_by_backends said so) with $left queued; REINDEX dropped those, the next scan the held $held: queue and held 0, no worker)"
 }

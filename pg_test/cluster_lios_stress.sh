@@ -89,6 +89,14 @@ test_lios_mixed_load_with_standby() {
   local scans; scans=$(grep -ho 'scans: [0-9]*' "$logs/searcher0" "$logs/searcher1" | awk '{s += $2} END {print s + 0}')
   # The load is over: VACUUM runs what is queued (and frees what its repairs kept).
   lsql -c "SET navis.lios = on" -c "VACUUM ls" -c "VACUUM ls"
+  # Every task queued is accounted for: run, dropped, failed, still queued or held by a
+  # backend (none now: the sessions have ended).
+  local balance; balance=$(lval "SELECT sum(value) FILTER (WHERE name IN ('tasks_queued', 'repairs_queued'))
+      - sum(value) FILTER (WHERE name IN ('tasks_run_by_searches', 'tasks_run_by_vacuum', 'tasks_run_by_worker',
+          'tasks_dropped', 'tasks_failed', 'queue_length', 'tasks_held_by_backends')),
+      sum(value) FILTER (WHERE name = 'tasks_held_by_backends') FROM navis_lios_stats")
+  [ "$balance" = "0|0" ] ||
+    { fail lios_stress "tasks unaccounted for | held after the load: $balance ($stats)"; cluster_stop "$LSDIR"; cluster_stop "$LDIR"; return; }
   local rows; rows=$(lval "SELECT count(*) FROM ls")
   local verify; verify=$(lval "SELECT problems || '|' || dangling_edges || '|' || unreachable || '|' || (vertices - deleted) FROM navis_verify('ls_v')")
   [ "$verify" = "0|0|0|$rows" ] ||
@@ -111,5 +119,5 @@ test_lios_mixed_load_with_standby() {
   if grep -E "PANIC|TRAP|terminated by signal|was terminated" "$LDIR/server.log" "$LSDIR/server.log"; then
     fail lios_stress "a server process crashed (logs above)"; return
   fi
-  echo "ok       lios_mixed_load_with_standby (${LOAD_SECONDS} s: 2 writers, 2 searchers ($scans scans, each 10 rows), VACUUM every 5 s, a REINDEX; $stats; after VACUUM $rows rows, navis_verify clean, recall@10 $matched/300; the standby equal, ran no task)"
+  echo "ok       lios_mixed_load_with_standby (${LOAD_SECONDS} s: 2 writers, 2 searchers ($scans scans, each 10 rows), VACUUM every 5 s, a REINDEX; $stats; every task accounted for; after VACUUM $rows rows, navis_verify clean, recall@10 $matched/300; the standby equal, ran no task)"
 }

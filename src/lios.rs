@@ -48,9 +48,11 @@ pub enum Count {
     StallsWorked,
     Overruns,
     WorkMicros,
+    /// A gauge: tasks out of the queue in backends' work under way (kept between scans).
+    Held,
 }
 
-const COUNTS: [(Count, &str); 14] = [
+const COUNTS: [(Count, &str); 15] = [
     (Count::Deferred, "tasks_queued"),
     (Count::RepairsQueued, "repairs_queued"),
     (Count::RunBySearches, "tasks_run_by_searches"),
@@ -65,6 +67,7 @@ const COUNTS: [(Count, &str); 14] = [
     (Count::StallsWorked, "search_stalls_used"),
     (Count::Overruns, "budget_overruns"),
     (Count::WorkMicros, "task_microseconds_in_stalls"),
+    (Count::Held, "tasks_held_by_backends"),
 ];
 
 #[repr(C)]
@@ -154,6 +157,14 @@ pub fn count(what: Count, n: u64) {
     if let Some((_, region)) = queue() {
         let i = COUNTS.iter().position(|c| c.0 == what).expect("listed");
         region.counters[i].fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+/// Takes `n` back from a gauge ([`Count::Held`]).
+pub fn uncount(what: Count, n: u64) {
+    if let Some((_, region)) = queue() {
+        let i = COUNTS.iter().position(|c| c.0 == what).expect("listed");
+        region.counters[i].fetch_sub(n, Ordering::Relaxed);
     }
 }
 

@@ -7,7 +7,7 @@
 //! if its build was retired meanwhile.
 
 use crate::guc;
-use crate::lios::{count, queue, split_tasks, tag_of, tasks_failed, Count, SCAN_SLOTS};
+use crate::lios::{count, queue, split_tasks, tag_of, tasks_failed, uncount, Count, SCAN_SLOTS};
 use crate::open::OpenIndex;
 use navis_engine::index::IndexError;
 use navis_engine::io_wait::StallWork;
@@ -128,6 +128,19 @@ thread_local! {
     static PENDING: RefCell<Option<Pending>> = const { RefCell::new(None) };
 }
 
+/// Takes this backend's work under way, if any (no longer counted as held).
+fn take_pending() -> Option<Pending> {
+    let pending = PENDING.with(|p| p.borrow_mut().take())?;
+    uncount(Count::Held, pending.work.len() as u64);
+    Some(pending)
+}
+
+/// Keeps `pending` for this backend's next stall (counted as held: out of the queue).
+fn keep_pending(pending: Pending) {
+    count(Count::Held, pending.work.len() as u64);
+    PENDING.with(|p| *p.borrow_mut() = Some(pending));
+}
+
 /// Whether this backend registered [`requeue_at_exit`].
 static EXIT_HOOKED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
@@ -163,7 +176,7 @@ fn requeue(pending: Pending, launch_allowed: bool) -> Option<Pending> {
 /// backend: the next insert or requeue of the database does.
 #[pg_guard]
 unsafe extern "C-unwind" fn requeue_at_exit(_code: i32, _arg: pg_sys::Datum) {
-    if let Some(pending) = PENDING.with(|p| p.borrow_mut().take()) {
+    if let Some(pending) = take_pending() {
         let n = pending.work.len() as u64;
         if requeue(pending, false).is_some() {
             count(Count::Failed, n);
@@ -212,12 +225,12 @@ impl<'a> SearchStalls<'a> {
     /// queue, back-edges first (pending work of another index goes back to the queue first;
     /// if there is no room for it, it stays and this stall runs nothing).
     fn take_work(&self) -> Option<Work> {
-        if let Some(pending) = PENDING.with(|p| p.borrow_mut().take()) {
+        if let Some(pending) = take_pending() {
             if pending.index == self.index {
                 return Some(pending.work);
             }
             if let Some(pending) = requeue(pending, guc::LIOS_WORKER.get()) {
-                PENDING.with(|p| *p.borrow_mut() = Some(pending));
+                keep_pending(pending);
                 return None;
             }
         }
@@ -272,7 +285,7 @@ impl StallWork for SearchStalls<'_> {
                         index: self.index,
                         work,
                     };
-                    PENDING.with(|p| *p.borrow_mut() = Some(pending));
+                    keep_pending(pending);
                     break;
                 }
                 Err(e) => {
