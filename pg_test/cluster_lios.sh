@@ -442,6 +442,22 @@ test_lios_held_group_after_reindex() {
     { fail lios_held "after REINDEX: queue $reindexed; after the lk scan: held $held_after (tasks_held_by_backends $gauge_after), queue $left_after ($held were held)"; cluster_stop "$LDIR"; return; }
   local verify; verify=$(lval "SELECT problems || '|' || dangling_edges FROM navis_verify('lh_v')")
   [ "$verify" = "0|0" ] || { fail lios_held "navis_verify lh_v after REINDEX: $verify"; cluster_stop "$LDIR"; return; }
+  # VACUUM FULL and TRUNCATE build anew too: the queued tasks go with the old build.
+  lios_rows lh 3501 3800 on
+  local before_full; before_full=$(lstat queue_length)
+  lsql -c "VACUUM FULL lh"
+  local after_full; after_full=$(lstat queue_length)
+  lios_rows lh 3801 4000 on
+  local before_truncate; before_truncate=$(lstat queue_length)
+  lsql -c "TRUNCATE lh"
+  local after_truncate; after_truncate=$(lstat queue_length)
+  lios_rows lh 1 300 on
+  local own="SET enable_seqscan = off; SELECT count(*) FROM lh o WHERE o.id = (SELECT id FROM lh ORDER BY v <-> o.v LIMIT 1)"
+  local found; found=$(lval "$own" | tail -1)
+  lsql -c "SET navis.lios = on" -c "VACUUM lh"
+  local found_after; found_after=$(lval "$own" | tail -1)
+  [ "$before_full" -gt 0 ] && [ "$after_full" = 0 ] && [ "$before_truncate" -gt 0 ] && [ "$after_truncate" = 0 ] && [ "$found_after" = 300 ] ||
+    { fail lios_held "VACUUM FULL: queue $before_full -> $after_full; TRUNCATE: $before_truncate -> $after_truncate; 300 rows after it, $found found by their own vector, $found_after after VACUUM"; cluster_stop "$LDIR"; return; }
   cluster_stop "$LDIR"
-  echo "ok       lios_held_group_after_reindex ($queued queued; a search held $held (tasks_held_by_backends said so) with $left queued; REINDEX dropped those, the next scan the held $held: queue and held 0, no worker)"
+  echo "ok       lios_held_group_after_reindex ($queued queued; a search held $held (tasks_held_by_backends said so) with $left queued; REINDEX dropped those, the next scan the held $held: queue and held 0, no worker; VACUUM FULL dropped $before_full queued, TRUNCATE $before_truncate; of 300 rows inserted after it $found found by their own vector with tasks queued, $found_after after VACUUM)"
 }
