@@ -61,7 +61,7 @@ pub fn record_search(latency: Duration) {
 /// Task work run in slices: a group of back-edges, or one repair.
 enum Work {
     BackEdges(SlicedBackEdges),
-    Repair(SlicedRepair),
+    Repair(Box<SlicedRepair>),
 }
 
 impl Work {
@@ -243,7 +243,7 @@ impl<'a> SearchStalls<'a> {
         }
         let (edges, repairs) = split_tasks(&tasks);
         let work = if let Some(&u) = repairs.first() {
-            Work::Repair(SlicedRepair::new(&self.open.index, u))
+            Work::Repair(Box::new(SlicedRepair::new(&self.open.index, u)))
         } else if !edges.is_empty() {
             Work::BackEdges(SlicedBackEdges::new(&self.open.index, edges))
         } else {

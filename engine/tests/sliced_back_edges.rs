@@ -5,40 +5,24 @@
 //! back untouched.
 
 mod lios_common;
-use lios_common::{copy_dir, open, tid};
+use lios_common::{copy_dir, current_list, open, small_degree_params, tid};
 
 use navis_engine::dataset::synthetic_clustered;
-use navis_engine::index::{build_index, Index, IndexParams};
+use navis_engine::index::{build_index, Index};
 use navis_engine::lios::{QueueHeader, QueueSink, Task, TaskKind, TaskQueue, TaskSlot};
 use navis_engine::storage::state::Counter;
 use navis_engine::storage::HeapTid;
 use navis_engine::update::sliced::COMMIT_TRIES;
-use navis_engine::update::write::read_current_list;
 use navis_engine::update::{BackEdge, InsertParams, LocalLocks, SlicedBackEdges, WriteLocks};
-use navis_engine::{Metric, VertexId};
+use navis_engine::VertexId;
 
 const DIM: usize = 24;
 const BASE: usize = 600;
 const INSERTED: usize = 300;
 const TAG: u64 = 7;
 
-fn params() -> IndexParams {
-    // A small degree, so that back-edges overflow lists and re-prune often.
-    IndexParams {
-        metric: Metric::L2,
-        max_degree: 12,
-        build_list: 32,
-        pq_bytes: Some(8),
-        threads: 2,
-        ..IndexParams::default()
-    }
-}
-
 fn list_of(index: &Index, v: VertexId) -> Vec<VertexId> {
-    let files = index.files();
-    let entry = files.indirection().entry(v).expect("published");
-    let mut buf = vec![0u8; files.edge_layout().page_size()];
-    read_current_list(files, v, entry.edge, &mut buf).unwrap()
+    current_list(index, v).expect("published")
 }
 
 fn all_lists(index: &Index, n: usize) -> Vec<Vec<VertexId>> {
@@ -64,7 +48,7 @@ fn twins() -> Twins {
         &a,
         &rows[..BASE * DIM],
         &tids,
-        &params(),
+        &small_degree_params(),
         &|_, _, _| {},
         &|| false,
     )

@@ -4,15 +4,14 @@
 //! commit is computed again; a commit that finds the stripe taken declines, then commits.
 
 mod lios_common;
-use lios_common::{copy_dir, open, row_of, tid};
+use lios_common::{copy_dir, current_list, open, row_of, small_degree_params, tid};
 
 use navis_engine::dataset::synthetic_clustered;
-use navis_engine::index::{build_index, Index, IndexParams};
+use navis_engine::index::{build_index, Index};
 use navis_engine::storage::HeapTid;
 use navis_engine::update::sliced::COMMIT_TRIES;
-use navis_engine::update::write::read_current_list;
 use navis_engine::update::{LocalLocks, RepairSink, SlicedRepair, StepKind, WriteLocks};
-use navis_engine::{Metric, VertexId};
+use navis_engine::VertexId;
 use std::cell::RefCell;
 
 const DIM: usize = 24;
@@ -36,13 +35,8 @@ impl RepairSink for Collect {
 
 /// The current lists of every vertex with an entry (`None` for the others).
 fn all_lists(index: &Index) -> Vec<Option<Vec<VertexId>>> {
-    let files = index.files();
-    let mut buf = vec![0u8; files.edge_layout().page_size()];
     (0..ROWS as VertexId)
-        .map(|v| {
-            let entry = files.indirection().entry(v)?;
-            Some(read_current_list(files, v, entry.edge, &mut buf).unwrap())
-        })
+        .map(|v| current_list(index, v))
         .collect()
 }
 
@@ -68,15 +62,15 @@ fn twins() -> Twins {
         tmp.path().join("probe"),
     );
     let tids: Vec<HeapTid> = (0..ROWS).map(tid).collect();
-    let params = IndexParams {
-        metric: Metric::L2,
-        max_degree: 12,
-        build_list: 32,
-        pq_bytes: Some(8),
-        threads: 2,
-        ..IndexParams::default()
-    };
-    build_index(&a, &rows, &tids, &params, &|_, _, _| {}, &|| false).unwrap();
+    build_index(
+        &a,
+        &rows,
+        &tids,
+        &small_degree_params(),
+        &|_, _, _| {},
+        &|| false,
+    )
+    .unwrap();
     copy_dir(&a, &b);
     copy_dir(&a, &c);
     let locks = LocalLocks::new(64);

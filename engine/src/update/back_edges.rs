@@ -315,8 +315,7 @@ impl Index {
 
         let mut vectors = VectorCache::new(self);
         let mut page_buf = vec![0u8; layout.page_size()];
-        let mut changes: Vec<ListChange> = Vec::new();
-        let mut displaced_to: Vec<(VertexId, Vec<VertexId>)> = Vec::new();
+        let mut staged = Staged::default();
         for (u, to) in targets {
             let entry = files
                 .indirection()
@@ -334,19 +333,9 @@ impl Index {
                 continue;
             }
             let extended = self.extend_list(u, current, &new, None, &mut vectors);
-            stage_extension(
-                u,
-                entry.edge,
-                &new,
-                extended,
-                &mut changes,
-                &mut displaced_to,
-                &mut report,
-            );
+            staged.stage(u, entry.edge, &new, extended, &mut report);
         }
-        for (v, displaced) in displaced_to {
-            self.take_displaced(v, &displaced, &mut changes, &mut page_buf, &mut report)?;
-        }
+        let mut changes = staged.place_displaced(self, &mut page_buf, &mut report)?;
         if changes.is_empty() {
             return Ok(report);
         }
@@ -392,29 +381,52 @@ impl Index {
     }
 }
 
-/// Stages `u`'s extended list (its current one at `old`, with `new` added) as a change, and
-/// where the vertices it displaced go: to the new vertex that took their place.
-pub(super) fn stage_extension(
-    u: VertexId,
-    old: EdgeLocation,
-    new: &[VertexId],
-    extended: Extended,
-    changes: &mut Vec<ListChange>,
-    displaced_to: &mut Vec<(VertexId, Vec<VertexId>)>,
-    report: &mut BackEdgeReport,
-) {
-    report.pruned += extended.pruned as u64;
-    if !extended.displaced.is_empty() {
-        let v = new
-            .iter()
-            .copied()
-            .find(|v| extended.list.contains(v))
-            .unwrap_or(new[0]);
-        displaced_to.push((v, extended.displaced));
+/// Extended lists staged as changes under their stripes, and the vertices each one
+/// displaced, by the vertex that takes them in.
+#[derive(Default)]
+pub(super) struct Staged {
+    pub(super) changes: Vec<ListChange>,
+    displaced_to: Vec<(VertexId, Vec<VertexId>)>,
+}
+
+impl Staged {
+    /// Stages `u`'s extended list (its current one at `old`, with `new` added), and sends
+    /// the vertices it displaced to the new vertex that took their place.
+    pub(super) fn stage(
+        &mut self,
+        u: VertexId,
+        old: EdgeLocation,
+        new: &[VertexId],
+        extended: Extended,
+        report: &mut BackEdgeReport,
+    ) {
+        report.pruned += extended.pruned as u64;
+        if !extended.displaced.is_empty() {
+            let v = new
+                .iter()
+                .copied()
+                .find(|v| extended.list.contains(v))
+                .unwrap_or(new[0]);
+            self.displaced_to.push((v, extended.displaced));
+        }
+        self.changes.push(ListChange {
+            vertex: u,
+            list: extended.list,
+            old: Some(old),
+        });
     }
-    changes.push(ListChange {
-        vertex: u,
-        list: extended.list,
-        old: Some(old),
-    });
+
+    /// Hands every displaced vertex on to its taker ([`Index::take_displaced`]); returns all
+    /// the changes to write. The caller holds the stripes of the takers.
+    pub(super) fn place_displaced(
+        mut self,
+        index: &Index,
+        page_buf: &mut [u8],
+        report: &mut BackEdgeReport,
+    ) -> Result<Vec<ListChange>, IndexError> {
+        for (v, displaced) in std::mem::take(&mut self.displaced_to) {
+            index.take_displaced(v, &displaced, &mut self.changes, page_buf, report)?;
+        }
+        Ok(self.changes)
+    }
 }

@@ -79,8 +79,16 @@ impl Index {
     /// [`Index::run_repairs`] applies, with the entry points as they are now).
     pub(super) fn doomed_test(&self) -> impl Fn(VertexId) -> bool + '_ {
         let kept = self.kept_entry_points();
-        let table = self.files().indirection();
-        move |w| table.entry(w).is_some_and(|e| e.is_deleted()) && !kept.contains(&w)
+        move |w| self.is_doomed(w, &kept)
+    }
+
+    /// Whether `w` is deleted and not among `kept` ([`Self::kept_entry_points`]).
+    pub(super) fn is_doomed(&self, w: VertexId, kept: &HashSet<VertexId>) -> bool {
+        self.files()
+            .indirection()
+            .entry(w)
+            .is_some_and(|e| e.is_deleted())
+            && !kept.contains(&w)
     }
 
     /// `u`'s list `current` with its doomed neighbours replaced by their own lists

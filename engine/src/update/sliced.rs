@@ -24,10 +24,10 @@
 //! pages into its page (absorption reads up to [`super::MAX_ABSORBED_PAGES`] pages, which
 //! would not fit a stall); VACUUM's compaction keeps such pages from accumulating.
 
-use super::back_edges::{stage_extension, BackEdge, BackEdgeReport, Extended};
+use super::back_edges::{BackEdge, BackEdgeReport, Extended, Staged};
 use super::locks::{StripeGuard, WriteLocks};
 use super::vectors::VectorCache;
-use super::write::{read_current_list, write_lists, ListChange};
+use super::write::{read_current_list, write_lists};
 use crate::graph::vamana::prune_metric;
 use crate::graph::ResumablePrune;
 use crate::index::{Index, IndexError};
@@ -88,6 +88,22 @@ impl StepKind {
 
     pub fn index(self) -> usize {
         self as usize
+    }
+}
+
+/// The stripes of `members` for a commit step: taken only if all are free while `tries`
+/// (counted here) stays under [`COMMIT_TRIES`], waited for after that; `None` when one is
+/// taken (a later stall tries again).
+pub(super) fn commit_stripes<'a>(
+    locks: &'a dyn WriteLocks,
+    members: &[VertexId],
+    tries: &mut u32,
+) -> Option<StripeGuard<'a>> {
+    *tries += 1;
+    match StripeGuard::try_lock(locks, members) {
+        Some(stripes) => Some(stripes),
+        None if *tries < COMMIT_TRIES => None,
+        None => Some(StripeGuard::lock(locks, members)),
     }
 }
 
@@ -183,9 +199,11 @@ impl SlicedBackEdges {
         locks: &dyn WriteLocks,
         may_start: &mut dyn FnMut(StepKind) -> bool,
     ) -> Result<Option<BackEdgeReport>, IndexError> {
-        let mut vectors = VectorCache::with_deflated(index, std::mem::take(&mut self.deflated));
-        let result = self.steps(index, locks, &mut vectors, may_start);
-        self.deflated = vectors.into_deflated();
+        let mut deflated = std::mem::take(&mut self.deflated);
+        let result = VectorCache::resuming(index, &mut deflated, |vectors| {
+            self.steps(index, locks, vectors, may_start)
+        });
+        self.deflated = deflated;
         result
     }
 
@@ -333,14 +351,10 @@ impl SlicedBackEdges {
                 }
             }
         }
-        self.commit_tries += 1;
-        let _stripes = match StripeGuard::try_lock(locks, &members) {
-            Some(stripes) => stripes,
-            None if self.commit_tries < COMMIT_TRIES => return Ok(None),
-            None => StripeGuard::lock(locks, &members),
+        let Some(_stripes) = commit_stripes(locks, &members, &mut self.commit_tries) else {
+            return Ok(None);
         };
-        let mut changes: Vec<ListChange> = Vec::new();
-        let mut displaced_to: Vec<(VertexId, Vec<VertexId>)> = Vec::new();
+        let mut staged = Staged::default();
         for target in &mut self.targets {
             let u = target.u;
             let Some(entry) = files.indirection().entry(u) else {
@@ -374,19 +388,9 @@ impl SlicedBackEdges {
                 Some(e) => e,
                 None => index.extend_list(u, current, &new, None, vectors),
             };
-            stage_extension(
-                u,
-                entry.edge,
-                &new,
-                extended,
-                &mut changes,
-                &mut displaced_to,
-                &mut report,
-            );
+            staged.stage(u, entry.edge, &new, extended, &mut report);
         }
-        for (v, displaced) in displaced_to {
-            index.take_displaced(v, &displaced, &mut changes, &mut self.page_buf, &mut report)?;
-        }
+        let changes = staged.place_displaced(index, &mut self.page_buf, &mut report)?;
         if changes.is_empty() {
             return Ok(Some(report));
         }

@@ -13,17 +13,17 @@
 //! 3. **Prune** slices of [`PRUNE_SLICE`] distance computations of a [`ResumablePrune`],
 //!    bit-identical to the whole repair's RobustPrune.
 //! 4. **Commit** under the vertex's stripe (declined while it is taken, up to
-//!    [`COMMIT_TRIES`] times, then waited for): the list read again; if it, or which of its
-//!    neighbours are doomed, changed since the read, or a vertex the repaired list keeps was
-//!    deleted or freed meanwhile, the repair is computed again here, whole, as
+//!    [`super::sliced::COMMIT_TRIES`] times, then waited for): the list read again; if it,
+//!    or which of its neighbours are doomed, changed since the read, or a vertex the repaired
+//!    list keeps was deleted or freed meanwhile, the repair is computed again here, whole, as
 //!    [`Index::run_repairs`] does. Then one list written through the log.
 //!
 //! Nothing is shared until the commit, so a repair given up on leaves no trace and its task
 //! can go back to the queue. It borrows nothing, so a backend can keep it between scans.
 
-use super::locks::{StripeGuard, WriteLocks};
+use super::locks::WriteLocks;
 use super::repairs::RepairReport;
-use super::sliced::{StepKind, COMMIT_TRIES, PRUNE_SLICE};
+use super::sliced::{commit_stripes, StepKind, PRUNE_SLICE};
 use super::vectors::VectorCache;
 use super::write::{read_current_list, write_lists, ListChange};
 use crate::graph::vamana::prune_metric;
@@ -32,6 +32,7 @@ use crate::index::{Index, IndexError};
 use crate::storage::HeapTid;
 use crate::VertexId;
 use rustc_hash::FxHashMap as HashMap;
+use std::collections::HashSet;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Step {
@@ -51,6 +52,9 @@ pub struct SlicedRepair {
     current: Option<(Vec<VertexId>, Vec<bool>)>,
     /// The doomed neighbours' lists, in `current`'s order of them.
     doomed_lists: Vec<(VertexId, Vec<VertexId>)>,
+    /// The deleted entry points the read step kept out of the doomed (the pool uses the
+    /// same; the commit checks against the ones of its time).
+    kept: HashSet<VertexId>,
     prune: Option<ResumablePrune>,
     /// The repaired list, once computed.
     repaired: Option<Vec<VertexId>>,
@@ -67,6 +71,7 @@ impl SlicedRepair {
             u,
             current: None,
             doomed_lists: Vec::new(),
+            kept: HashSet::new(),
             prune: None,
             repaired: None,
             commit_tries: 0,
@@ -90,9 +95,11 @@ impl SlicedRepair {
         locks: &dyn WriteLocks,
         may_start: &mut dyn FnMut(StepKind) -> bool,
     ) -> Result<Option<RepairReport>, IndexError> {
-        let mut vectors = VectorCache::with_deflated(index, std::mem::take(&mut self.deflated));
-        let result = self.steps(index, locks, &mut vectors, may_start);
-        self.deflated = vectors.into_deflated();
+        let mut deflated = std::mem::take(&mut self.deflated);
+        let result = VectorCache::resuming(index, &mut deflated, |vectors| {
+            self.steps(index, locks, vectors, may_start)
+        });
+        self.deflated = deflated;
         result
     }
 
@@ -141,7 +148,8 @@ impl SlicedRepair {
 
     fn read_list(&mut self, index: &Index) {
         let files = index.files();
-        let is_doomed = index.doomed_test();
+        self.kept = index.kept_entry_points();
+        let is_doomed = |w: VertexId| index.is_doomed(w, &self.kept);
         let entry = files
             .indirection()
             .entry(self.u)
@@ -173,7 +181,7 @@ impl SlicedRepair {
 
     fn pool(&mut self, index: &Index, vectors: &mut VectorCache<'_>) {
         let (list, _) = self.current.as_ref().expect("read before the pool");
-        let is_doomed = index.doomed_test();
+        let is_doomed = |w: VertexId| index.is_doomed(w, &self.kept);
         let lists = &self.doomed_lists;
         let pool = index.repair_pool(self.u, list, &is_doomed, |w| {
             lists
@@ -211,11 +219,8 @@ impl SlicedRepair {
         locks: &dyn WriteLocks,
         vectors: &mut VectorCache<'_>,
     ) -> Result<Option<RepairReport>, IndexError> {
-        self.commit_tries += 1;
-        let _stripe = match StripeGuard::try_lock(locks, &[self.u]) {
-            Some(stripe) => stripe,
-            None if self.commit_tries < COMMIT_TRIES => return Ok(None),
-            None => StripeGuard::lock(locks, &[self.u]),
+        let Some(_stripe) = commit_stripes(locks, &[self.u], &mut self.commit_tries) else {
+            return Ok(None);
         };
         let files = index.files();
         let table = files.indirection();
@@ -240,14 +245,14 @@ impl SlicedRepair {
         let list = match self.repaired.take().filter(|_| unchanged) {
             Some(list) => list,
             None => {
-                let mut buf = vec![0u8; files.edge_layout().page_size()];
+                let page_buf = &mut self.page_buf;
                 index.repaired_list(
                     self.u,
                     &current,
                     &is_doomed,
                     |w| {
                         report.pages_read += 1;
-                        index.doomed_list(w, &mut buf)
+                        index.doomed_list(w, page_buf)
                     },
                     vectors,
                 )

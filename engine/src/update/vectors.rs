@@ -22,18 +22,21 @@ impl<'a> VectorCache<'a> {
         }
     }
 
-    /// A cache that starts with the reconstructions `deflated` (kept by a caller across
-    /// calls, [`Self::into_deflated`]).
-    pub(crate) fn with_deflated(index: &'a Index, deflated: HashMap<VertexId, Vec<f32>>) -> Self {
-        VectorCache {
+    /// Runs `f` with a cache that starts with the reconstructions in `kept` and leaves them
+    /// there, with the ones `f` added, for the caller's next call (a task run in slices).
+    pub(crate) fn resuming<R>(
+        index: &'a Index,
+        kept: &mut HashMap<VertexId, Vec<f32>>,
+        f: impl FnOnce(&mut VectorCache<'a>) -> R,
+    ) -> R {
+        let mut cache = VectorCache {
             index,
             exact: HashMap::default(),
-            deflated,
-        }
-    }
-
-    pub(crate) fn into_deflated(self) -> HashMap<VertexId, Vec<f32>> {
-        self.deflated
+            deflated: std::mem::take(kept),
+        };
+        let result = f(&mut cache);
+        *kept = cache.deflated;
+        result
     }
 
     pub(crate) fn get(&mut self, id: VertexId) -> &[f32] {
