@@ -20,7 +20,8 @@
 #
 # Environment: BASE (dataset rows minus INSERT), INSERT (10% of the rows, at most 20000), BATCH,
 # WRITERS (2), SEARCHERS (2), LISTS (20,40,80,160), EFS (20,40,80,160), QUERIES (1000), WARMUP
-# (200), LIMIT_MB, CACHE_MB, HNSW_M (16), HNSW_EFC (64), SKIP_INSERTS=1 (builds and searches
+# (200), LIMIT_MB, CACHE_MB, HNSW_M (16), HNSW_EFC (64), NAVIS_BUILD_LIST (the index's build_list,
+# its default when unset), SKIP_INSERTS=1 (builds and searches
 # only, for the largest sets), MWM (maintenance_work_mem for both builds, 2GB; 1M x 384 needs 4GB),
 # WINDOW=1 (sliding window: each insert batch also deletes the oldest BATCH rows and runs VACUUM;
 # OUT and the plot names get a "-window" suffix), PERF=1 (a system-wide `perf record`
@@ -57,7 +58,7 @@ WRITERS=${WRITERS:-2} SEARCHERS=${SEARCHERS:-2}
 LISTS=${LISTS:-20,40,80,160} EFS=${EFS:-20,40,80,160}
 QUERIES=${QUERIES:-1000} WARMUP=${WARMUP:-200}
 LIMIT_MB=${LIMIT_MB:-384} CACHE_MB=${CACHE_MB:-64}
-HNSW_M=${HNSW_M:-16} HNSW_EFC=${HNSW_EFC:-64} MWM=${MWM:-2GB} PERF=${PERF:-0}
+HNSW_M=${HNSW_M:-16} HNSW_EFC=${HNSW_EFC:-64} MWM=${MWM:-2GB} PERF=${PERF:-0} NAVIS_BUILD_LIST=${NAVIS_BUILD_LIST:-}
 mkdir -p "$OUT"
 # Numbers only mean something for the release build; the test suite installs a debug one.
 installed=$(/usr/lib/postgresql/15/bin/pg_config --pkglibdir)/navis.so
@@ -90,8 +91,10 @@ trap 'cluster_stop "$CDIR"; memlimit_remove compare >/dev/null 2>&1 || true' EXI
 common=(--host "$CDIR" --port "$PORT")
 sysargs() {  # SYSTEM -> the driver flags that pick it
   # navis indexes the same vector(dim) column as pgvector when pgvector is there
-  if [ "$1" = navis ] && [ $have_pgvector = 1 ]; then echo "--system navis --coltype vector"
-  elif [ "$1" = navis ]; then echo "--system navis"; else
+  local navis_opts=""
+  [ -z "$NAVIS_BUILD_LIST" ] || navis_opts=" --build-list $NAVIS_BUILD_LIST"
+  if [ "$1" = navis ] && [ $have_pgvector = 1 ]; then echo "--system navis --coltype vector$navis_opts"
+  elif [ "$1" = navis ]; then echo "--system navis$navis_opts"; else
     echo "--system pgvector --hnsw-m $HNSW_M --hnsw-ef-construction $HNSW_EFC"; fi
 }
 
