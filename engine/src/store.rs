@@ -22,12 +22,13 @@
 //! `0xFFFFFFFF` (`InvalidBlockNumber`) is never a block.
 
 use crate::pages::BLOCK_SIZE;
+use crate::segments::segment_path;
 use crate::storage::StorageError;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, RwLock};
 
 /// Blocks per segment file of a relation fork (`RELSEG_SIZE` of a default build: 1 GiB).
 pub const RELSEG_BLOCKS: u32 = 131_072;
@@ -124,10 +125,14 @@ fn extended(name: &Path, nblocks: u32, blocks: u32) -> Result<u32, StorageError>
     })
 }
 
-/// One plain file of blocks.
+/// A relation fork in files as PostgreSQL lays it out: 1 GiB segment files `<path>`,
+/// `<path>.1`, ... ([`crate::segments::segment_path`]), so that [`crate::segments::SegmentReader`]
+/// reads what this store wrote at any size (a 1M x 384 index is 2 GiB).
 pub struct FileStore {
-    file: File,
+    /// Open segment files; every one but the last holds exactly `segment_blocks` blocks.
+    segments: RwLock<Vec<File>>,
     path: PathBuf,
+    segment_blocks: u32,
     /// Blocks that exist; advanced (Release) only after the zero blocks are written.
     nblocks: AtomicU32,
     /// Serialises extensions (the relation extension lock's role).
@@ -137,40 +142,83 @@ pub struct FileStore {
 impl FileStore {
     /// Creates an empty store at `path`; fails if the file exists.
     pub fn create(path: &Path) -> Result<Self, StorageError> {
+        Self::create_with_segment_blocks(path, RELSEG_BLOCKS)
+    }
+
+    /// Opens an existing store: `path` and the segment files after it.
+    pub fn open(path: &Path) -> Result<Self, StorageError> {
+        Self::open_with_segment_blocks(path, RELSEG_BLOCKS)
+    }
+
+    /// [`FileStore::create`] with another segment size (tests).
+    pub fn create_with_segment_blocks(
+        path: &Path,
+        segment_blocks: u32,
+    ) -> Result<Self, StorageError> {
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .create_new(true)
             .open(path)
             .map_err(|e| StorageError::io(path, "create", e))?;
-        Ok(Self::with(file, path, 0))
+        Ok(Self::with(vec![file], path, segment_blocks, 0))
     }
 
-    /// Opens an existing store; its length must be a whole number of blocks.
-    pub fn open(path: &Path) -> Result<Self, StorageError> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(path)
-            .map_err(|e| StorageError::io(path, "open", e))?;
-        let len = file
-            .metadata()
-            .map_err(|e| StorageError::io(path, "stat", e))?
-            .len();
-        let blocks = len / BLOCK_SIZE as u64;
-        if len % BLOCK_SIZE as u64 != 0 || blocks > u64::from(MAX_BLOCKS) {
-            return Err(StorageError::corrupt(
-                path,
-                format!("{len} bytes is not a whole number of {BLOCK_SIZE}-byte blocks"),
-            ));
+    /// [`FileStore::open`] with another segment size (tests). Every segment but the last
+    /// must be full, and each a whole number of blocks, as md.c requires.
+    pub fn open_with_segment_blocks(
+        path: &Path,
+        segment_blocks: u32,
+    ) -> Result<Self, StorageError> {
+        assert!(segment_blocks > 0);
+        let mut files = Vec::new();
+        let mut blocks: u64 = 0;
+        loop {
+            let seg_path = segment_path(path, files.len() as u32);
+            let file = match OpenOptions::new().read(true).write(true).open(&seg_path) {
+                Ok(f) => f,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound && !files.is_empty() => break,
+                Err(e) => return Err(StorageError::io(&seg_path, "open", e)),
+            };
+            let len = file
+                .metadata()
+                .map_err(|e| StorageError::io(&seg_path, "stat", e))?
+                .len();
+            let seg_blocks = len / BLOCK_SIZE as u64;
+            if len % BLOCK_SIZE as u64 != 0 || seg_blocks > u64::from(segment_blocks) {
+                return Err(StorageError::corrupt(
+                    &seg_path,
+                    format!(
+                        "{len} bytes is not a whole number of {BLOCK_SIZE}-byte blocks \
+                         up to {segment_blocks} blocks"
+                    ),
+                ));
+            }
+            files.push(file);
+            blocks += seg_blocks;
+            if seg_blocks < u64::from(segment_blocks) {
+                // The last segment; one after it would mean blocks went missing.
+                let next = segment_path(path, files.len() as u32);
+                if next.exists() {
+                    return Err(StorageError::corrupt(
+                        &next,
+                        format!("follows {}, which is not full", seg_path.display()),
+                    ));
+                }
+                break;
+            }
         }
-        Ok(Self::with(file, path, blocks as u32))
+        if blocks > u64::from(MAX_BLOCKS) {
+            return Err(StorageError::corrupt(path, format!("{blocks} blocks")));
+        }
+        Ok(Self::with(files, path, segment_blocks, blocks as u32))
     }
 
-    fn with(file: File, path: &Path, nblocks: u32) -> Self {
+    fn with(files: Vec<File>, path: &Path, segment_blocks: u32, nblocks: u32) -> Self {
         FileStore {
-            file,
+            segments: RwLock::new(files),
             path: path.to_path_buf(),
+            segment_blocks,
             nblocks: AtomicU32::new(nblocks),
             extend_lock: Mutex::new(()),
         }
@@ -183,6 +231,29 @@ impl FileStore {
     fn current(&self) -> u32 {
         self.nblocks.load(Ordering::Acquire)
     }
+
+    /// (segment, byte offset in it) of `block`.
+    fn locate(&self, block: u32) -> (usize, u64) {
+        (
+            (block / self.segment_blocks) as usize,
+            u64::from(block % self.segment_blocks) * BLOCK_SIZE as u64,
+        )
+    }
+
+    /// Runs `f` on the file of segment `segment`, which must exist.
+    fn on_segment<R>(
+        &self,
+        segment: usize,
+        f: impl FnOnce(&File) -> std::io::Result<R>,
+        what: &'static str,
+    ) -> Result<R, StorageError> {
+        let files = self.segments.read().unwrap_or_else(|e| e.into_inner());
+        let seg_path = segment_path(&self.path, segment as u32);
+        let file = files.get(segment).ok_or_else(|| {
+            StorageError::invalid(format!("segment \"{}\" is not open", seg_path.display()))
+        })?;
+        f(file).map_err(|e| StorageError::io(&seg_path, what, e))
+    }
 }
 
 impl PageStore for FileStore {
@@ -193,17 +264,15 @@ impl PageStore for FileStore {
     fn read_block(&self, block: u32, out: &mut [u8]) -> Result<(), StorageError> {
         check_buffer(out.len())?;
         check_block(&self.path, block, self.current())?;
-        self.file
-            .read_exact_at(out, u64::from(block) * BLOCK_SIZE as u64)
-            .map_err(|e| StorageError::io(&self.path, "read", e))
+        let (segment, offset) = self.locate(block);
+        self.on_segment(segment, |f| f.read_exact_at(out, offset), "read")
     }
 
     fn write_block(&self, block: u32, page: &[u8]) -> Result<(), StorageError> {
         check_buffer(page.len())?;
         check_block(&self.path, block, self.current())?;
-        self.file
-            .write_all_at(page, u64::from(block) * BLOCK_SIZE as u64)
-            .map_err(|e| StorageError::io(&self.path, "write", e))
+        let (segment, offset) = self.locate(block);
+        self.on_segment(segment, |f| f.write_all_at(page, offset), "write")
     }
 
     fn extend(&self, blocks: u32) -> Result<u32, StorageError> {
@@ -211,18 +280,36 @@ impl PageStore for FileStore {
         let first = self.current();
         let total = extended(&self.path, first, blocks)?;
         // Real zero blocks, as smgrextend writes, so the space is allocated now and a later
-        // write cannot fail for lack of it. At most 1 MiB of zeros per call.
+        // write cannot fail for lack of it. At most 1 MiB of zeros per call, never across a
+        // segment boundary.
         const CHUNK_BLOCKS: u32 = 128;
         let zeros = vec![0u8; CHUNK_BLOCKS.min(blocks.max(1)) as usize * BLOCK_SIZE];
         let mut at = first;
         while at < total {
-            let n = (total - at).min(CHUNK_BLOCKS);
-            self.file
-                .write_all_at(
-                    &zeros[..n as usize * BLOCK_SIZE],
-                    u64::from(at) * BLOCK_SIZE as u64,
-                )
-                .map_err(|e| StorageError::io(&self.path, "extend", e))?;
+            let (segment, offset) = self.locate(at);
+            let segment_end = (segment as u64 + 1) * u64::from(self.segment_blocks);
+            let n = (total - at)
+                .min(CHUNK_BLOCKS)
+                .min((segment_end - u64::from(at)) as u32);
+            {
+                let mut files = self.segments.write().unwrap_or_else(|e| e.into_inner());
+                if files.len() == segment {
+                    let seg_path = segment_path(&self.path, segment as u32);
+                    let file = OpenOptions::new()
+                        .read(true)
+                        .write(true)
+                        .create(true)
+                        .truncate(false)
+                        .open(&seg_path)
+                        .map_err(|e| StorageError::io(&seg_path, "create", e))?;
+                    files.push(file);
+                }
+            }
+            self.on_segment(
+                segment,
+                |f| f.write_all_at(&zeros[..n as usize * BLOCK_SIZE], offset),
+                "extend",
+            )?;
             at += n;
         }
         self.nblocks.store(total, Ordering::Release);
@@ -231,9 +318,13 @@ impl PageStore for FileStore {
 
     fn sync(&self) -> Result<(), StorageError> {
         // fdatasync also persists the file length, which extensions change.
-        self.file
-            .sync_data()
-            .map_err(|e| StorageError::io(&self.path, "fsync", e))
+        let files = self.segments.read().unwrap_or_else(|e| e.into_inner());
+        for (segment, file) in files.iter().enumerate() {
+            file.sync_data().map_err(|e| {
+                StorageError::io(&segment_path(&self.path, segment as u32), "fsync", e)
+            })?;
+        }
+        Ok(())
     }
 }
 
@@ -414,6 +505,66 @@ mod tests {
                 pages::verify(&buf, PageKind::Codes, b).unwrap();
             }
         }
+    }
+
+    #[test]
+    fn a_file_store_spans_segment_files_as_postgresql_does() {
+        // Segments of 4 blocks: 10 blocks are f (4), f.1 (4) and f.2 (2), and the segment
+        // reader, which follows PostgreSQL's layout, reads back what the store wrote.
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().join("f");
+        let store = FileStore::create_with_segment_blocks(&base, 4).unwrap();
+        assert_eq!(store.extend(3).unwrap(), 0);
+        assert_eq!(store.extend(7).unwrap(), 3);
+        for b in 0..10 {
+            store
+                .write_block(b, &page(PageKind::Codes, b, b as u8))
+                .unwrap();
+        }
+        store.sync().unwrap();
+        let sizes: Vec<u64> = (0..3)
+            .map(|s| std::fs::metadata(segment_path(&base, s)).unwrap().len())
+            .collect();
+        assert_eq!(sizes, vec![4 * 8192, 4 * 8192, 2 * 8192]);
+        assert!(!segment_path(&base, 3).exists());
+        drop(store);
+        let store = FileStore::open_with_segment_blocks(&base, 4).unwrap();
+        assert_eq!(store.nblocks().unwrap(), 10);
+        let mut buf = vec![0u8; BLOCK_SIZE];
+        for b in 0..10 {
+            store.read_block(b, &mut buf).unwrap();
+            assert_eq!(buf, page(PageKind::Codes, b, b as u8), "block {b}");
+        }
+        // Growing again continues the last segment, then opens the next.
+        assert_eq!(store.extend(3).unwrap(), 10);
+        assert_eq!(
+            std::fs::metadata(segment_path(&base, 3)).unwrap().len(),
+            8192
+        );
+        let options = crate::io::IoOptions {
+            queue_depth: 4,
+            backend: crate::io::BackendChoice::Auto,
+            direct: false,
+            probe_page_cache: false,
+        };
+        let mut reader =
+            crate::segments::SegmentReader::with_segment_blocks(&base, options, 4).unwrap();
+        // Two 4 KiB halves per block.
+        let mut out = crate::io::AlignedPage::vec(4);
+        reader.read_blocks(&[5, 9], &mut out).unwrap();
+        for (i, b) in [5u32, 9].into_iter().enumerate() {
+            let halves = [out[2 * i].0.as_slice(), out[2 * i + 1].0.as_slice()].concat();
+            assert_eq!(halves, page(PageKind::Codes, b, b as u8), "block {b}");
+        }
+        // A segment that follows one that is not full is refused.
+        drop(store);
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(segment_path(&base, 1))
+            .unwrap()
+            .set_len(3 * 8192)
+            .unwrap();
+        assert!(FileStore::open_with_segment_blocks(&base, 4).is_err());
     }
 
     #[test]
