@@ -46,6 +46,12 @@ pub struct BuildOptions {
     pub consolidate_threshold: f64,
 }
 
+/// The build list an index gets without `build_list` in WITH (...), unless its max_degree is
+/// larger: the engine's `IndexParams` default (L = R at the default R; RFC 0007).
+pub const DEFAULT_BUILD_LIST: u32 = 96;
+/// The smallest build list accepted when one is given.
+const MIN_BUILD_LIST: u32 = 10;
+
 impl Default for BuildOptions {
     /// The defaults registered with PostgreSQL (the option tables below), used when an index
     /// was created without a WITH (...) list and so has no parsed options.
@@ -112,10 +118,12 @@ const INT_OPTIONS: [IntOption; 4] = [
     },
     IntOption {
         name: c"build_list",
-        desc: c"Candidate list L used while building the graph",
-        // The engine's IndexParams default; see there for why not DiskANN's 100.
-        default: 128,
-        min: 10,
+        desc:
+            c"Candidate list L used while building the graph (0: the larger of 96 and max_degree)",
+        // 0 resolves to DEFAULT_BUILD_LIST or max_degree, whichever is larger, so that
+        // WITH (max_degree = 128) alone still builds (RFC 0007).
+        default: 0,
+        min: 0,
         max: 2_000,
         field: |r| &mut r.build_list,
     },
@@ -247,7 +255,10 @@ impl BuildOptions {
     fn from_raw(r: &RawOptions) -> BuildOptions {
         BuildOptions {
             max_degree: r.max_degree as u32,
-            build_list: r.build_list as u32,
+            build_list: match r.build_list {
+                0 => DEFAULT_BUILD_LIST.max(r.max_degree as u32),
+                l => l as u32,
+            },
             alpha: r.alpha as f32,
             pq_bytes: r.pq_bytes as u32,
             entrance_ratio: r.entrance_ratio,
@@ -259,6 +270,18 @@ impl BuildOptions {
     /// Checks the combinations that single-option ranges cannot express, for vectors of
     /// `dim` dimensions. Raises `ERROR` naming the option to change.
     pub fn validate_for(&self, dim: usize) {
+        if self.build_list < MIN_BUILD_LIST {
+            raise(
+                PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+                format!(
+                    "build_list ({}) must be at least {MIN_BUILD_LIST}",
+                    self.build_list
+                ),
+                Some(
+                    "Leave build_list out (or 0) for the default, the larger of 96 and max_degree.",
+                ),
+            )
+        }
         if self.build_list < self.max_degree {
             raise(
                 PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,

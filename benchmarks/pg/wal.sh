@@ -11,7 +11,7 @@
 #
 # Fashion-MNIST rows from the Debian package (scripts/fashion_mnist_copy.py): BUILD_ROWS train
 # images are indexed, the next INSERT_ROWS are inserted 10 rows per statement by one session.
-# Both systems at their defaults (navis R = 96, L = 128; pgvector m = 16, ef_construction = 64).
+# Both systems at their defaults (navis R = 96, L = 96; pgvector m = 16, ef_construction = 64).
 # pgvector is used when its extension is installed in /usr/lib/postgresql/15; without it navis
 # runs alone. Install the release build first (cargo pgrx install --release); output goes to
 # stdout as a markdown table.

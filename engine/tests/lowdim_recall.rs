@@ -4,7 +4,7 @@
 //! the build, and identical vectors that must all come back from an unbounded scan.
 //!
 //! The defaults are the PostgreSQL layer's: `src/options.rs` registers the index options that
-//! `src/build.rs` maps onto [`IndexParams::default`] (max_degree 96, build_list 128, alpha 1.2,
+//! `src/build.rs` maps onto [`IndexParams::default`] (max_degree 96, build_list 96, alpha 1.2,
 //! pq_bytes automatic, entrance ratio 0.01 and degree 32), and `src/scan.rs` builds its
 //! [`SearchParams`] from `src/guc.rs`: search list 40 (widened for lazy deletes), beam width
 //! 4, 10 entry points, rerank top-K 10, `work_mem` (4 MB) as the scan memory, max_scan_tuples

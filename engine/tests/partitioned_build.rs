@@ -212,7 +212,7 @@ fn a_budget_below_the_floor_is_refused_with_the_floor_named() {
     assert!(matches!(cancelled, Err(IndexError::Cancelled)));
 }
 
-/// Recall of both builds on a dataset, at the index defaults (R = 96, L = 128), for RFC 0005's
+/// Recall of both builds on a dataset, at the index defaults (R = 96, L = 96), for RFC 0005's
 /// measurements:
 ///
 /// `NAVIS_FBIN_DIR=$PWD/benchmarks/data/synthetic-1m NAVIS_ROWS=200000 NAVIS_BUDGET_MB=20

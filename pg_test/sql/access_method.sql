@@ -58,7 +58,7 @@ CREATE INDEX ON items USING navis (embedding) WITH (pq_bytes = 4);
 CREATE INDEX items_opts ON items USING navis (embedding) WITH (max_degree = 64, build_list = 100, alpha = 1.3, pq_bytes = 3, entrance_ratio = 0.02, entrance_degree = 16);
 SELECT max_degree, build_list, alpha, pq_bytes, entrance_ratio, entrance_degree FROM navis_index_stats('items_opts');
 DROP INDEX items_opts;
--- without WITH (...) the index gets the registered defaults (the NAVIS paper's)
+-- without WITH (...) the index gets the registered defaults (the NAVIS paper's, with L = R: RFC 0007)
 CREATE INDEX items_defaults ON items USING navis (embedding);
 SELECT max_degree, build_list, alpha, entrance_ratio, entrance_degree FROM navis_index_stats('items_defaults');
 DROP INDEX items_defaults;
@@ -90,3 +90,8 @@ SET navis.casr_percentile_insert = 101;
 SET navis.serch_list = 10;
 SET navis.search_list = 80;
 SHOW navis.search_list;
+-- build_list left out follows a larger max_degree (RFC 0007); a given one must be at least 10
+CREATE INDEX items_wide ON items USING navis (embedding) WITH (max_degree = 128);
+SELECT max_degree, build_list FROM navis_index_stats('items_wide');
+DROP INDEX items_wide;
+CREATE INDEX ON items USING navis (embedding) WITH (max_degree = 8, build_list = 5);

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! navis-bench build --base X.fbin --out DIR|FILE [--layout side|relation] [--max-degree 96]
-//!                   [--build-list 128] [--alpha 1.2] [--pq-bytes N] [--metric l2|cosine|ip]
+//!                   [--build-list 96] [--alpha 1.2] [--pq-bytes N] [--metric l2|cosine|ip]
 //!                   [--threads N] [--limit N]
 //! navis-bench search --index DIR|FILE --queries Q.fbin --gt GT.bin [--layout side|relation]
 //!                    [--k 10] [--lists 20,40,80,160] [--casr auto|off|W] [--casr-percentile 99]

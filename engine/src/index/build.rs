@@ -68,10 +68,10 @@ impl Default for IndexParams {
             metric: Metric::L2,
             dim: None,
             max_degree: 96,
-            // The NAVIS release's L. DiskANN's 100 takes 20-30% off the graph build and kept
-            // recall on 200K rows, but cost 2-4.5 points of recall@10 on the 1M set
-            // (benchmarks/results/compare.md, 2026-12-04), so the default stays.
-            build_list: 128,
+            // L = R, the smallest the option check accepts (RFC 0007): 22-28% less graph-build
+            // time than the NAVIS release's 128 on 200K MiniLM and 1M synthetic rows, for
+            // 0.1-0.35 points of recall@10 in the same run (benchmarks/results/compare.md).
+            build_list: 96,
             alpha: 1.2,
             pq_bytes: None,
             entrance_ratio: 0.01,
