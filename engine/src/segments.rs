@@ -143,10 +143,8 @@ impl SegmentReader {
     }
 
     fn location(&self, block: u32) -> (usize, u64) {
-        (
-            (block / self.segment_blocks) as usize,
-            (block % self.segment_blocks) as u64 * BLOCK_SIZE as u64,
-        )
+        let (segment, offset) = crate::store::segment_of_in(block, self.segment_blocks);
+        (segment as usize, offset)
     }
 
     /// Reads whole blocks `blocks[i]` into `out[2i..2i+2]` (two 4 KiB halves each) as one

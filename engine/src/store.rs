@@ -37,9 +37,14 @@ pub const MAX_BLOCKS: u32 = u32::MAX;
 
 /// (segment number, byte offset in that segment file) of `block`.
 pub fn segment_of(block: u32) -> (u32, u64) {
+    segment_of_in(block, RELSEG_BLOCKS)
+}
+
+/// [`segment_of`] for segments of `segment_blocks` blocks.
+pub fn segment_of_in(block: u32, segment_blocks: u32) -> (u32, u64) {
     (
-        block / RELSEG_BLOCKS,
-        u64::from(block % RELSEG_BLOCKS) * BLOCK_SIZE as u64,
+        block / segment_blocks,
+        u64::from(block % segment_blocks) * BLOCK_SIZE as u64,
     )
 }
 
@@ -234,10 +239,8 @@ impl FileStore {
 
     /// (segment, byte offset in it) of `block`.
     fn locate(&self, block: u32) -> (usize, u64) {
-        (
-            (block / self.segment_blocks) as usize,
-            u64::from(block % self.segment_blocks) * BLOCK_SIZE as u64,
-        )
+        let (segment, offset) = segment_of_in(block, self.segment_blocks);
+        (segment as usize, offset)
     }
 
     /// Runs `f` on the file of segment `segment`, which must exist.
@@ -248,11 +251,12 @@ impl FileStore {
         what: &'static str,
     ) -> Result<R, StorageError> {
         let files = self.segments.read().unwrap_or_else(|e| e.into_inner());
-        let seg_path = segment_path(&self.path, segment as u32);
+        // (the path is only built for an error message)
+        let seg_path = || segment_path(&self.path, segment as u32);
         let file = files.get(segment).ok_or_else(|| {
-            StorageError::invalid(format!("segment \"{}\" is not open", seg_path.display()))
+            StorageError::invalid(format!("segment \"{}\" is not open", seg_path().display()))
         })?;
-        f(file).map_err(|e| StorageError::io(&seg_path, what, e))
+        f(file).map_err(|e| StorageError::io(&seg_path(), what, e))
     }
 }
 
@@ -291,19 +295,25 @@ impl PageStore for FileStore {
             let n = (total - at)
                 .min(CHUNK_BLOCKS)
                 .min((segment_end - u64::from(at)) as u32);
-            {
-                let mut files = self.segments.write().unwrap_or_else(|e| e.into_inner());
-                if files.len() == segment {
-                    let seg_path = segment_path(&self.path, segment as u32);
-                    let file = OpenOptions::new()
-                        .read(true)
-                        .write(true)
-                        .create(true)
-                        .truncate(false)
-                        .open(&seg_path)
-                        .map_err(|e| StorageError::io(&seg_path, "create", e))?;
-                    files.push(file);
-                }
+            let opened = self
+                .segments
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .len();
+            if opened == segment {
+                // Only extensions add segments, and they are serialised by `extend_lock`.
+                let seg_path = segment_path(&self.path, segment as u32);
+                let file = OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create(true)
+                    .truncate(false)
+                    .open(&seg_path)
+                    .map_err(|e| StorageError::io(&seg_path, "create", e))?;
+                self.segments
+                    .write()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(file);
             }
             self.on_segment(
                 segment,
