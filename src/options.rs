@@ -2,8 +2,10 @@
 //!
 //! `CREATE INDEX ... USING navis (embedding) WITH (max_degree = 64, pq_bytes = 96)`.
 //! PostgreSQL checks each value against the ranges registered here when the index is
-//! created or altered; [`BuildOptions::validate_for`] then checks what depends on the data
-//! (dimensions), because only the build knows them.
+//! created or altered, and `amoptions` then checks the combinations ([`BuildOptions::validate`]),
+//! so a bad list is refused at once, on an empty table and in ALTER INDEX too;
+//! [`BuildOptions::validate_for`] checks what depends on the data (dimensions) when a build
+//! knows them.
 
 use crate::errors::raise;
 use pgrx::pg_sys;
@@ -47,8 +49,8 @@ pub struct BuildOptions {
 }
 
 /// The build list an index gets without `build_list` in WITH (...), unless its max_degree is
-/// larger: the engine's `IndexParams` default (L = R at the default R; RFC 0007).
-pub const DEFAULT_BUILD_LIST: u32 = 96;
+/// larger (RFC 0007).
+const DEFAULT_BUILD_LIST: u32 = navis_engine::index::DEFAULT_GRAPH_BUILD_LIST as u32;
 /// The smallest build list accepted when one is given.
 const MIN_BUILD_LIST: u32 = 10;
 
@@ -231,7 +233,7 @@ pub unsafe extern "C-unwind" fn amoptions(
     let table = parse_table();
     // SAFETY: the parse table describes RawOptions exactly (offsets from the field accessors, types
     // matching the registered options), and build_reloptions allocates the struct itself.
-    unsafe {
+    let parsed = unsafe {
         pg_sys::build_reloptions(
             reloptions,
             validate,
@@ -240,7 +242,15 @@ pub unsafe extern "C-unwind" fn amoptions(
             table.as_ptr(),
             table.len() as i32,
         ) as *mut pg_sys::bytea
+    };
+    if validate {
+        // SAFETY: NULL (no options given: the defaults, which are valid) or the RawOptions
+        // build_reloptions just allocated.
+        if let Some(raw) = unsafe { (parsed as *const RawOptions).as_ref() } {
+            BuildOptions::from_raw(raw).validate();
+        }
     }
+    parsed
 }
 
 impl BuildOptions {
@@ -267,9 +277,9 @@ impl BuildOptions {
         }
     }
 
-    /// Checks the combinations that single-option ranges cannot express, for vectors of
-    /// `dim` dimensions. Raises `ERROR` naming the option to change.
-    pub fn validate_for(&self, dim: usize) {
+    /// Checks the combinations that single-option ranges cannot express and that do not
+    /// depend on the data. Raises `ERROR` naming the option to change.
+    pub fn validate(&self) {
         if self.build_list < MIN_BUILD_LIST {
             raise(
                 PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
@@ -292,6 +302,12 @@ impl BuildOptions {
                 Some("Raise build_list or lower max_degree in WITH (...)."),
             )
         }
+    }
+
+    /// [`BuildOptions::validate`] and the checks that need the vectors' `dim` dimensions
+    /// (options set before this check existed are checked again at a build).
+    pub fn validate_for(&self, dim: usize) {
+        self.validate();
         if self.pq_bytes as usize > dim {
             raise(
                 PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,

@@ -95,3 +95,9 @@ CREATE INDEX items_wide ON items USING navis (embedding) WITH (max_degree = 128)
 SELECT max_degree, build_list FROM navis_index_stats('items_wide');
 DROP INDEX items_wide;
 CREATE INDEX ON items USING navis (embedding) WITH (max_degree = 8, build_list = 5);
+-- those checks need no rows: they run when the options are given, on an empty table and in ALTER INDEX
+CREATE TABLE empty_items (embedding real[]);
+CREATE INDEX ON empty_items USING navis (embedding) WITH (build_list = 5);
+CREATE INDEX empty_v ON empty_items USING navis (embedding);
+ALTER INDEX empty_v SET (max_degree = 128, build_list = 100);
+DROP TABLE empty_items;

@@ -62,6 +62,10 @@ pub struct IndexParams {
     pub seed: u64,
 }
 
+/// The build list of an index whose options do not name one, unless its max_degree is larger
+/// (L = R at the default R; RFC 0007).
+pub const DEFAULT_GRAPH_BUILD_LIST: usize = 96;
+
 impl Default for IndexParams {
     fn default() -> IndexParams {
         IndexParams {
@@ -71,7 +75,7 @@ impl Default for IndexParams {
             // L = R, the smallest the option check accepts (RFC 0007): 22-28% less graph-build
             // time than the NAVIS release's 128 on 200K MiniLM and 1M synthetic rows, for
             // 0.1-0.35 points of recall@10 in the same run (benchmarks/results/compare.md).
-            build_list: 96,
+            build_list: DEFAULT_GRAPH_BUILD_LIST,
             alpha: 1.2,
             pq_bytes: None,
             entrance_ratio: 0.01,

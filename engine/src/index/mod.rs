@@ -50,7 +50,7 @@ mod tests;
 
 pub use build::{
     build_in_memory, build_index, peak_rss_bytes, BuildPhase, BuildReport, BuiltIndex, Cancel,
-    EdgePageFormat, IndexParams, Progress, MIN_PQ_SUBSPACES,
+    EdgePageFormat, IndexParams, Progress, DEFAULT_GRAPH_BUILD_LIST, MIN_PQ_SUBSPACES,
 };
 pub use error::IndexError;
 pub use opened::{index_paths, CasrSetting, Index};
