@@ -25,8 +25,9 @@
 //! * **placement**: page placement runs after the build, beside the finished graph, and
 //!   holds every vertex's incoming ids in one CSR array (an 8-byte offset per vertex, and
 //!   in-degrees sum to at most `n R`), a bit per out-edge marking mutual pairs (which are
-//!   then left out of the in-lists) with its own offsets, and 16 bytes of per-vertex page
-//!   and slot arrays.
+//!   then left out of the in-lists) with its own offsets, 16 bytes of per-vertex state (page,
+//!   count of links on it, weighted degree, place in its page's member list) and, per
+//!   refining thread, a 4-byte link weight per vertex.
 //!   Until commit 0b2724b it kept a `Vec` per vertex, whose doubling growth reached twice
 //!   the in-degree; on 390K GloVe-50 vectors that phase set the peak.
 //!
@@ -113,7 +114,7 @@ pub fn estimate_build_memory_detailed(
         pq_training: pq_training_bytes(n, dim, threads),
         // Each CSR offset array has one entry more than there are vertices, and the bit
         // array is whole 8-byte words.
-        placement: n64 * placement_bytes_per_vertex(max_degree) + 24 * u64::from(n > 0),
+        placement: n64 * placement_bytes_per_vertex(max_degree, threads) + 24 * u64::from(n > 0),
     }
 }
 
@@ -126,10 +127,10 @@ pub(crate) fn pq_training_bytes(n: usize, dim: usize, threads: u64) -> u64 {
 
 /// Two CSR offsets (in-lists, out-slot bits), at most R incoming ids (in-degrees sum to
 /// the out-degrees, at most `n R`; mutual pairs are kept as bits instead, so this is the
-/// bound for a graph without any), a mutual-pair bit per out-slot, plus 16 bytes of page,
-/// slot and page-cell arrays.
-fn placement_bytes_per_vertex(max_degree: usize) -> u64 {
-    2 * 8 + max_degree as u64 * 4 + (max_degree as u64).div_ceil(8) + 16
+/// bound for a graph without any), a mutual-pair bit per out-slot, 16 bytes of refinement
+/// state, and each refining thread's link weights.
+fn placement_bytes_per_vertex(max_degree: usize, threads: u64) -> u64 {
+    2 * 8 + max_degree as u64 * 4 + (max_degree as u64).div_ceil(8) + 16 + 4 * threads
 }
 
 /// The flat array's slots for one vertex: the back-edge slack.
@@ -319,7 +320,7 @@ mod tests {
         assert_eq!(m.graph_copy, (1000 * 42 * 4_u64).div_ceil(16));
         assert_eq!(m.scratch, 2 * (16 * 12 + per_thread_buffers(64, 32)));
         assert_eq!(m.pq_training, 1000 * 16 * 4 + 2 * 1000 * 8);
-        assert_eq!(m.placement, 1000 * (16 + 32 * 4 + 4 + 16) + 24);
+        assert_eq!(m.placement, 1000 * (16 + 32 * 4 + 4 + 16 + 2 * 4) + 24);
         // At 16-d the placement phase beside the finished graph is the largest; only one
         // phase's working memory is held at a time.
         assert!(m.graph + m.placement > m.adjacency + m.build_codes + m.entrance + m.scratch);

@@ -13,7 +13,9 @@ use crate::distance::{normalize, Metric};
 use crate::entrance::shared::SharedEntrance;
 use crate::entrance::{EntranceError, EntranceGraph, EntranceParams, DEFAULT_BUILD_LIST};
 use crate::graph::{self, BuildControl, BuildError, VamanaParams};
-use crate::placement::{greedy_placement, identity_placement, overlap_ratio, Placement};
+use crate::placement::{
+    greedy_placement_with, identity_placement, overlap_ratio, Placement, RefineOptions,
+};
 use crate::pq::{PqTrainConfig, PqTraining, ProductQuantizer};
 use crate::storage::{
     names, BuildInput, BuildParams, EdgePageLayout, HeapTid, IndexWriter, StorageError,
@@ -354,10 +356,11 @@ pub fn build_in_memory<'a>(
     clock.finish(&mut report);
     check()?;
 
-    // Placement is one thread's work and PQ training does not need the graph, so they run
-    // side by side: a scoped worker trains PQ subspaces while the caller places edge lists,
-    // then the caller joins the training (crate::pq_training), and both threads encode.
-    // Placement took 15% of a 200K x 384 build on one of two cores, PQ training 5% on both
+    // PQ training does not need the graph, so it runs beside placement: a scoped worker
+    // trains PQ subspaces while the caller places edge lists (refining pages on all the
+    // build's threads, crate::placement), then the caller joins the training
+    // (crate::pq_training), and both threads encode. Placement was 20% of a 1M x 384 build
+    // when it refined on one thread, PQ training a few seconds of it
     // (benchmarks/results/compare.md). The codebook is the one a serial training gives. The
     // worker never calls `progress` or `cancel` (they are not `Sync`); both steps finish in
     // seconds, so a cancel is noticed right after them.
@@ -370,7 +373,12 @@ pub fn build_in_memory<'a>(
         if let (true, Some(job)) = (params.threads >= 2, &job) {
             scope.spawn(|| job.work());
         }
-        let placement = place(&graph.adjacency, slots_per_page, &mut report);
+        let placement = place(
+            &graph.adjacency,
+            slots_per_page,
+            params.threads,
+            &mut report,
+        );
         placed_in = started.elapsed();
         if let Some(job) = &job {
             job.train_on(params.threads.saturating_sub(1).max(1));
@@ -586,11 +594,13 @@ pub(super) fn entrance_error(e: EntranceError) -> IndexError {
 fn place(
     adjacency: &[Vec<VertexId>],
     slots_per_page: usize,
+    threads: usize,
     report: &mut BuildReport,
 ) -> Result<Placement, IndexError> {
     let err = |e: crate::placement::PlacementError| IndexError::Invalid(e.to_string());
     let identity = identity_placement(adjacency.len(), slots_per_page).map_err(err)?;
-    let greedy = greedy_placement(adjacency, slots_per_page).map_err(err)?;
+    let refine = RefineOptions::with_threads(threads);
+    let greedy = greedy_placement_with(adjacency, slots_per_page, &refine).map_err(err)?;
     report.overlap_identity = overlap_ratio(adjacency, &identity, slots_per_page);
     report.overlap_greedy = overlap_ratio(adjacency, &greedy, slots_per_page);
     Ok(greedy)
