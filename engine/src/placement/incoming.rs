@@ -60,63 +60,71 @@ fn has_duplicates(list: &[VertexId], sorted: &mut Vec<VertexId>) -> bool {
     sorted.windows(2).any(|w| w[0] == w[1])
 }
 
-/// The edge `u -> v` is half of a mutual pair counted through the out-slots: both lists are
-/// free of duplicates and v lists u. The test is symmetric in u and v, so both halves are
-/// marked or neither.
-fn mutual(adjacency: &[Vec<VertexId>], repeats: &[bool], u: usize, v: VertexId) -> bool {
-    v as usize != u
-        && !repeats[u]
-        && !repeats[v as usize]
-        && adjacency[v as usize].contains(&(u as VertexId))
+/// Every in-edge of every vertex in one CSR array, each list in increasing source order:
+/// counts, then a fill from the end with sources in decreasing order, which leaves every
+/// list sorted and turns `offsets[v + 1]` into v's start without a second cursor array.
+fn all_in_edges(adjacency: &[Vec<VertexId>]) -> (Vec<usize>, Vec<VertexId>) {
+    let n = adjacency.len();
+    let mut offsets = vec![0usize; n + 1];
+    for list in adjacency {
+        for &v in list {
+            offsets[v as usize + 1] += 1;
+        }
+    }
+    for v in 0..n {
+        offsets[v + 1] += offsets[v];
+    }
+    let mut ids = vec![0; offsets[n]];
+    for (u, list) in adjacency.iter().enumerate().rev() {
+        for &v in list {
+            offsets[v as usize + 1] -= 1;
+            ids[offsets[v as usize + 1]] = u as VertexId;
+        }
+    }
+    offsets.rotate_left(1);
+    offsets[n] = ids.len();
+    (offsets, ids)
 }
 
-/// The reciprocal bit of every out-slot, found on `threads` threads. Each thread marks the
-/// slots of a range of vertices into words of its own; ranges meet inside a word at most at
-/// their ends, so OR-ing the threads' words together gives the serial result. Looking up
-/// whether v lists u is a cache miss per edge: this is most of building [`Incoming`].
-fn reciprocal_bits(
+/// Marks the mutual pairs of the vertices `range`, whose in-lists are `in_ids` (starting at
+/// `in_offsets[range.start]`): their out-slots' bits, returned as words from the word
+/// holding the range's first slot, and their entries in the in-lists, set to
+/// [`REMOVED`]. An edge `u -> v` is half of a mutual pair when neither list names a vertex
+/// twice and v lists u; the test is symmetric, so both halves are marked or neither. Whether
+/// v lists u is a binary search of u's own sorted in-list, and whether an in-neighbour w of
+/// u is listed back a scan of u's out-list: no other vertex's list is read.
+fn mark_mutual_pairs(
     adjacency: &[Vec<VertexId>],
     repeats: &[bool],
     out_offsets: &[usize],
-    threads: usize,
-) -> Vec<u64> {
-    let n = adjacency.len();
-    let mut bits = vec![0u64; out_offsets[n].div_ceil(64)];
-    let mark = |range: std::ops::Range<usize>| {
-        let first_word = out_offsets[range.start] / 64;
-        let mut words = vec![0u64; out_offsets[range.end].div_ceil(64) - first_word];
-        for u in range {
-            for (i, &v) in adjacency[u].iter().enumerate() {
-                if mutual(adjacency, repeats, u, v) {
-                    let bit = out_offsets[u] + i - first_word * 64;
-                    words[bit / 64] |= 1 << (bit % 64);
-                }
+    in_offsets: &[usize],
+    range: std::ops::Range<usize>,
+    in_ids: &mut [VertexId],
+) -> (usize, Vec<u64>) {
+    let first_word = out_offsets[range.start] / 64;
+    let mut words = vec![0u64; out_offsets[range.end].div_ceil(64) - first_word];
+    let base = in_offsets[range.start];
+    for u in range.filter(|&u| !repeats[u]) {
+        let (start, end) = (in_offsets[u] - base, in_offsets[u + 1] - base);
+        let listed_by = &mut in_ids[start..end];
+        let paired = |v: VertexId| v as usize != u && !repeats[v as usize];
+        for (i, &v) in adjacency[u].iter().enumerate() {
+            if paired(v) && listed_by.binary_search(&v).is_ok() {
+                let bit = out_offsets[u] + i - first_word * 64;
+                words[bit / 64] |= 1 << (bit % 64);
             }
         }
-        (first_word, words)
-    };
-    let chunks = vertex_chunks(n, threads);
-    let marked: Vec<(usize, Vec<u64>)> = if chunks.len() <= 1 {
-        chunks.into_iter().map(mark).collect()
-    } else {
-        std::thread::scope(|scope| {
-            let handles: Vec<_> = chunks
-                .into_iter()
-                .map(|range| scope.spawn(|| mark(range)))
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
-                .collect()
-        })
-    };
-    for (first_word, words) in marked {
-        for (at, w) in words.into_iter().enumerate() {
-            bits[first_word + at] |= w;
+        for w in listed_by.iter_mut() {
+            if paired(*w) && adjacency[u].contains(w) {
+                *w = REMOVED;
+            }
         }
     }
-    bits
+    (first_word, words)
 }
+
+/// An in-list entry that a mutual pair's bit stands for, dropped when the lists are packed.
+const REMOVED: VertexId = VertexId::MAX;
 
 pub(super) fn reverse_adjacency(adjacency: &[Vec<VertexId>], threads: usize) -> Incoming {
     let n = adjacency.len();
@@ -128,33 +136,55 @@ pub(super) fn reverse_adjacency(adjacency: &[Vec<VertexId>], threads: usize) -> 
     let repeats = map_vertices(n, threads, |u| {
         has_duplicates(&adjacency[u], &mut Vec::new())
     });
-    let reciprocal = reciprocal_bits(adjacency, &repeats, &out_offsets, threads);
-    let is_marked = |bit: usize| reciprocal[bit / 64] >> (bit % 64) & 1 == 1;
-    let mut offsets = vec![0usize; n + 1];
-    for (u, list) in adjacency.iter().enumerate() {
-        for (i, &v) in list.iter().enumerate() {
-            if !is_marked(out_offsets[u] + i) {
-                offsets[v as usize + 1] += 1;
-            }
+    let (mut offsets, mut ids) = all_in_edges(adjacency);
+    // Each thread marks a range of vertices: their in-lists are one contiguous part of `ids`,
+    // and their out-slots' bits go into words of its own (ranges meet inside a word at most
+    // at their ends, so OR-ing the words together gives the serial result).
+    let mut parts: Vec<(std::ops::Range<usize>, &mut [VertexId])> = Vec::new();
+    let mut rest = ids.as_mut_slice();
+    for range in vertex_chunks(n, threads) {
+        let (head, tail) = rest.split_at_mut(offsets[range.end] - offsets[range.start]);
+        parts.push((range, head));
+        rest = tail;
+    }
+    let mark = |(range, in_ids): (std::ops::Range<usize>, &mut [VertexId])| {
+        mark_mutual_pairs(adjacency, &repeats, &out_offsets, &offsets, range, in_ids)
+    };
+    let marked: Vec<(usize, Vec<u64>)> = if parts.len() <= 1 {
+        parts.into_iter().map(mark).collect()
+    } else {
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = parts
+                .into_iter()
+                .map(|part| scope.spawn(move || mark(part)))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+                .collect()
+        })
+    };
+    let mut reciprocal = vec![0u64; out_offsets[n].div_ceil(64)];
+    for (first_word, words) in marked {
+        for (at, w) in words.into_iter().enumerate() {
+            reciprocal[first_word + at] |= w;
         }
     }
+    // Pack the in-lists, dropping the entries mutual pairs' bits stand for.
+    let mut kept = 0;
     for v in 0..n {
-        offsets[v + 1] += offsets[v];
-    }
-    let edges = offsets[n];
-    let mut ids = vec![0; edges];
-    // Filling each list from its end, sources in decreasing order, leaves every list sorted
-    // and turns `offsets[v + 1]` into v's start without a second cursor array.
-    for (u, list) in adjacency.iter().enumerate().rev() {
-        for (i, &v) in list.iter().enumerate() {
-            if !is_marked(out_offsets[u] + i) {
-                offsets[v as usize + 1] -= 1;
-                ids[offsets[v as usize + 1]] = u as VertexId;
+        let (start, end) = (offsets[v], offsets[v + 1]);
+        offsets[v] = kept;
+        for at in start..end {
+            if ids[at] != REMOVED {
+                ids[kept] = ids[at];
+                kept += 1;
             }
         }
     }
-    offsets.rotate_left(1);
-    offsets[n] = edges;
+    offsets[n] = kept;
+    ids.truncate(kept);
+    ids.shrink_to_fit();
     Incoming {
         offsets,
         ids,
@@ -194,6 +224,68 @@ mod tests {
                 want.sort_unstable();
                 assert_eq!(got, want, "vertex {v}, {threads} threads");
                 assert_eq!(incoming.degree(&adjacency, v), want.len());
+            }
+        }
+    }
+
+    /// The definition, edge by edge: a mutual pair's edges are bits, every other edge is an
+    /// in-list entry.
+    fn reference(adjacency: &[Vec<VertexId>]) -> (Vec<Vec<VertexId>>, Vec<bool>) {
+        let repeats: Vec<bool> = adjacency
+            .iter()
+            .map(|l| has_duplicates(l, &mut Vec::new()))
+            .collect();
+        let mutual = |u: usize, v: VertexId| {
+            v as usize != u
+                && !repeats[u]
+                && !repeats[v as usize]
+                && adjacency[v as usize].contains(&(u as VertexId))
+        };
+        let mut lists = vec![Vec::new(); adjacency.len()];
+        let mut bits = Vec::new();
+        for (u, list) in adjacency.iter().enumerate() {
+            for &v in list {
+                bits.push(mutual(u, v));
+                if !mutual(u, v) {
+                    lists[v as usize].push(u as VertexId);
+                }
+            }
+        }
+        (lists, bits)
+    }
+
+    #[test]
+    fn in_lists_and_bits_match_the_definition_on_random_graphs() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
+        for n in [1usize, 2, 17, 200, 1000] {
+            // Lists drawn from a small neighbourhood, so that mutual pairs, repeats and self
+            // loops all occur.
+            let adjacency: Vec<Vec<VertexId>> = (0..n)
+                .map(|u| {
+                    let len = rng.gen_range(0..12);
+                    (0..len)
+                        .map(|_| ((u + rng.gen_range(0..8)) % n) as VertexId)
+                        .collect()
+                })
+                .collect();
+            let (lists, bits) = reference(&adjacency);
+            for threads in [1, 2, 5] {
+                let incoming = reverse_adjacency(&adjacency, threads);
+                for v in 0..n {
+                    assert_eq!(
+                        incoming.of(v),
+                        lists[v],
+                        "n {n} threads {threads} vertex {v}"
+                    );
+                }
+                let mut bit = 0;
+                for (u, list) in adjacency.iter().enumerate() {
+                    for i in 0..list.len() {
+                        assert_eq!(incoming.is_reciprocal(u, i), bits[bit], "edge {u}[{i}]");
+                        bit += 1;
+                    }
+                }
             }
         }
     }
