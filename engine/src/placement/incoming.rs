@@ -272,12 +272,8 @@ mod tests {
             let (lists, bits) = reference(&adjacency);
             for threads in [1, 2, 5] {
                 let incoming = reverse_adjacency(&adjacency, threads);
-                for v in 0..n {
-                    assert_eq!(
-                        incoming.of(v),
-                        lists[v],
-                        "n {n} threads {threads} vertex {v}"
-                    );
+                for (v, list) in lists.iter().enumerate() {
+                    assert_eq!(incoming.of(v), list, "n {n} threads {threads} vertex {v}");
                 }
                 let mut bit = 0;
                 for (u, list) in adjacency.iter().enumerate() {
