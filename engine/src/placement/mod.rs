@@ -21,7 +21,7 @@
 //! The edge file gets the minimum number of pages, ceil(n / slots_per_page); BNP fills every
 //! page but the last, and BNF only moves vertices into pages with room or swaps them.
 //!
-//! BNF and the in-neighbour lists it needs run on several threads ([`refine`] says how the
+//! BNF and the in-neighbour lists it needs run on several threads (`refine.rs` says how the
 //! result stays independent of their number); BNP is one thread's quick walk.
 
 mod incoming;
@@ -39,7 +39,7 @@ const UNASSIGNED: u32 = u32::MAX;
 /// Default number of BNF refinement passes.
 pub const DEFAULT_REFINE_PASSES: usize = 4;
 
-/// Default vertices per refinement batch ([`refine`]).
+/// Default vertices per refinement batch (see `refine.rs`).
 pub const DEFAULT_REFINE_BATCH: usize = 1024;
 
 impl RefineOptions {

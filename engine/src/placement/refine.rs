@@ -7,7 +7,7 @@
 //! At a million rows a pass is a cache miss per neighbour, and the refinement was a fifth of
 //! CREATE INDEX on one thread. Most of that is *finding* a move: tallying a vertex's
 //! neighbours by page and, when the target page is full, judging every member of it as a
-//! swap partner. So a pass takes the vertices in batches of [`BATCH`] ids: threads propose a
+//! swap partner. So a pass takes the vertices in batches of ids (1,024 by default): threads propose a
 //! move for each vertex of the batch against the pages as the batch found them, then one
 //! thread commits the proposals in id order, each after checking that it still gains on the
 //! pages as they are by then (an earlier commit may have moved one of the pair or filled the
