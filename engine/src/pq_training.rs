@@ -102,6 +102,12 @@ impl PqTraining {
         }
     }
 
+    /// Hands out no more subspaces: threads in [`PqTraining::work`] return once their current
+    /// one is trained. For a build that is being cancelled.
+    pub fn abandon(&self) {
+        self.next.fetch_max(self.seeds.len(), Ordering::Relaxed);
+    }
+
     /// [`PqTraining::work`] on `threads` threads, the caller one of them.
     pub fn train_on(&self, threads: usize) {
         let helpers = threads.clamp(1, self.seeds.len()) - 1;

@@ -14,7 +14,7 @@ use crate::entrance::shared::SharedEntrance;
 use crate::entrance::{EntranceError, EntranceGraph, EntranceParams, DEFAULT_BUILD_LIST};
 use crate::graph::{self, BuildControl, BuildError, VamanaParams};
 use crate::placement::{
-    greedy_placement_with, identity_placement, overlap_ratio, Placement, RefineOptions,
+    greedy_placement_until, identity_placement, overlap_ratio, Placement, RefineOptions,
 };
 use crate::pq::{PqTrainConfig, PqTraining, ProductQuantizer};
 use crate::storage::{
@@ -362,8 +362,9 @@ pub fn build_in_memory<'a>(
     // (crate::pq_training), and both threads encode. Placement was 20% of a 1M x 384 build
     // when it refined on one thread, PQ training a few seconds of it
     // (benchmarks/results/compare.md). The codebook is the one a serial training gives. The
-    // worker never calls `progress` or `cancel` (they are not `Sync`); both steps finish in
-    // seconds, so a cancel is noticed right after them.
+    // worker never calls `progress` or `cancel`. Placement asks `cancel` between refinement
+    // batches (at 1M rows it runs for half a minute); on a cancel the PQ worker is told to
+    // stop after the subspace it is training.
     clock.start(BuildPhase::Placement, n as u64);
     let slots_per_page = format.slots_per_page(params.max_degree)?;
     let started = Instant::now();
@@ -376,12 +377,18 @@ pub fn build_in_memory<'a>(
         let placement = place(
             &graph.adjacency,
             slots_per_page,
-            params.threads,
+            params,
+            cancel,
             &mut report,
         );
         placed_in = started.elapsed();
         if let Some(job) = &job {
-            job.train_on(params.threads.saturating_sub(1).max(1));
+            if placement.is_ok() {
+                job.train_on(params.threads.saturating_sub(1).max(1));
+            } else {
+                // Cancelled: the worker stops after the subspace it is training.
+                job.abandon();
+            }
         }
         placement
     })?;
@@ -594,13 +601,16 @@ pub(super) fn entrance_error(e: EntranceError) -> IndexError {
 fn place(
     adjacency: &[Vec<VertexId>],
     slots_per_page: usize,
-    threads: usize,
+    params: &IndexParams,
+    cancel: Cancel,
     report: &mut BuildReport,
 ) -> Result<Placement, IndexError> {
     let err = |e: crate::placement::PlacementError| IndexError::Invalid(e.to_string());
     let identity = identity_placement(adjacency.len(), slots_per_page).map_err(err)?;
-    let refine = RefineOptions::with_threads(threads);
-    let greedy = greedy_placement_with(adjacency, slots_per_page, &refine).map_err(err)?;
+    let refine = RefineOptions::with_threads(params.threads);
+    let greedy = greedy_placement_until(adjacency, slots_per_page, &refine, cancel)
+        .map_err(err)?
+        .ok_or(IndexError::Cancelled)?;
     report.overlap_identity = overlap_ratio(adjacency, &identity, slots_per_page);
     report.overlap_greedy = overlap_ratio(adjacency, &greedy, slots_per_page);
     Ok(greedy)

@@ -349,3 +349,25 @@ fn bad_build_input_is_rejected_before_work() {
     let err = build_index(dir.path(), &[1.0; 12], &tids, &p, &none, &cancelled).unwrap_err();
     assert!(matches!(err, IndexError::Cancelled), "{err}");
 }
+
+#[test]
+fn a_cancel_during_placement_stops_the_build() {
+    // Cancel answers yes only while the placement phase runs: if placement did not ask, the
+    // phase would end, the check after it would hear no, and the build would succeed.
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let placing = AtomicBool::new(false);
+    let progress = |phase: BuildPhase, done: u64, total: u64| {
+        if phase == BuildPhase::Placement {
+            placing.store(done < total, Ordering::SeqCst);
+        }
+    };
+    let cancel = || placing.load(Ordering::SeqCst);
+    let n = 3000;
+    let rows = crate::dataset::synthetic_clustered(n, 8, 10, 5);
+    let dir = tempfile::tempdir().unwrap();
+    let params = small_params(Metric::L2);
+    let err = build_index(dir.path(), &rows, &tids(n), &params, &progress, &cancel).unwrap_err();
+    assert!(matches!(err, IndexError::Cancelled), "{err}");
+    // The same build with nobody cancelling finishes.
+    build_index(dir.path(), &rows, &tids(n), &params, &none, &never).unwrap();
+}

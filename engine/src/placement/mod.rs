@@ -155,15 +155,40 @@ pub fn greedy_placement_with(
     slots_per_page: usize,
     refine: &RefineOptions,
 ) -> Result<Placement, PlacementError> {
+    greedy_placement_until(adjacency, slots_per_page, refine, &|| false)
+        .map(|placed| placed.expect("a placement that is never stopped finishes"))
+}
+
+/// [`greedy_placement_with`], asking `should_stop` between batches of the refinement (about
+/// a millisecond apart); `None` when it said stop. A 1M-row refinement takes half a minute,
+/// too long for a cancelled CREATE INDEX to wait out.
+pub fn greedy_placement_until(
+    adjacency: &[Vec<VertexId>],
+    slots_per_page: usize,
+    refine: &RefineOptions,
+    should_stop: &dyn Fn() -> bool,
+) -> Result<Option<Placement>, PlacementError> {
     check_slots_per_page(slots_per_page)?;
     check_neighbour_ids(adjacency)?;
     let mut page_of = padding::neighbour_padding(adjacency, slots_per_page);
     let pages = adjacency.len().div_ceil(slots_per_page);
     if refine.passes > 0 {
         let incoming = incoming::reverse_adjacency(adjacency, refine.threads);
-        page_of = refine::refine(adjacency, &incoming, page_of, pages, slots_per_page, refine);
+        let refined = refine::refine(
+            adjacency,
+            &incoming,
+            page_of,
+            pages,
+            slots_per_page,
+            refine,
+            should_stop,
+        );
+        match refined {
+            Some(refined) => page_of = refined,
+            None => return Ok(None),
+        }
     }
-    Ok(assign_slots(page_of, pages, slots_per_page))
+    Ok(Some(assign_slots(page_of, pages, slots_per_page)))
 }
 
 fn check_neighbour_ids(adjacency: &[Vec<VertexId>]) -> Result<(), PlacementError> {

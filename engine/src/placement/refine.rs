@@ -30,7 +30,8 @@ pub struct RefineOptions {
     pub threads: usize,
 }
 
-/// Refines `page_of` (every page but the last full, as BNP leaves it) and returns it.
+/// Refines `page_of` (every page but the last full, as BNP leaves it) and returns it, or
+/// `None` as soon as `should_stop` (asked before each batch) says so.
 pub(super) fn refine(
     adjacency: &[Vec<VertexId>],
     incoming: &Incoming,
@@ -38,7 +39,8 @@ pub(super) fn refine(
     pages: usize,
     slots_per_page: usize,
     options: &RefineOptions,
-) -> Vec<u32> {
+    should_stop: &dyn Fn() -> bool,
+) -> Option<Vec<u32>> {
     let n = adjacency.len();
     let threads = options.threads.max(1);
     let mut state = PageState::new(adjacency, incoming, page_of, pages, slots_per_page, threads);
@@ -49,6 +51,9 @@ pub(super) fn refine(
     for _ in 0..options.passes {
         let mut changes = 0;
         for first in (0..n).step_by(options.batch.max(1)) {
+            if should_stop() {
+                return None;
+            }
             let batch = first..(first + options.batch.max(1)).min(n);
             state.propose(batch, &mut scratch, &mut proposals);
             changes += proposals.iter().filter(|p| state.commit(p)).count();
@@ -59,7 +64,7 @@ pub(super) fn refine(
             break;
         }
     }
-    state.page_of
+    Some(state.page_of)
 }
 
 /// A change that gained when it was proposed.

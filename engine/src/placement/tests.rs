@@ -229,3 +229,28 @@ fn refinement_in_batches_keeps_most_of_the_gain() {
         );
     }
 }
+
+#[test]
+fn a_stopped_refinement_returns_nothing_and_an_unstopped_one_the_placement() {
+    let g = knn_graph(3000, 4, 12, 13);
+    let options = RefineOptions {
+        batch: 64,
+        ..RefineOptions::with_threads(2)
+    };
+    let asked = std::sync::atomic::AtomicUsize::new(0);
+    let stop_at_third = || asked.fetch_add(1, std::sync::atomic::Ordering::Relaxed) >= 2;
+    assert_eq!(
+        greedy_placement_until(&g, 10, &options, &stop_at_third),
+        Ok(None)
+    );
+    assert_eq!(
+        asked.load(std::sync::atomic::Ordering::Relaxed),
+        3,
+        "asked per batch"
+    );
+    let whole = greedy_placement_until(&g, 10, &options, &|| false).unwrap();
+    assert_eq!(
+        whole,
+        Some(greedy_placement_with(&g, 10, &options).unwrap())
+    );
+}
