@@ -378,6 +378,7 @@ pub fn build_in_memory<'a>(
             &graph.adjacency,
             slots_per_page,
             params,
+            progress,
             cancel,
             &mut report,
         );
@@ -602,13 +603,21 @@ fn place(
     adjacency: &[Vec<VertexId>],
     slots_per_page: usize,
     params: &IndexParams,
+    progress: Progress,
     cancel: Cancel,
     report: &mut BuildReport,
 ) -> Result<Placement, IndexError> {
     let err = |e: crate::placement::PlacementError| IndexError::Invalid(e.to_string());
     let identity = identity_placement(adjacency.len(), slots_per_page).map_err(err)?;
     let refine = RefineOptions::with_threads(params.threads);
-    let greedy = greedy_placement_until(adjacency, slots_per_page, &refine, cancel)
+    // Progress in the phase's unit (vertices), so that the total stays the one the phase
+    // started with.
+    let n = adjacency.len() as u64;
+    let between_batches = |done: u64, most: u64| {
+        progress(BuildPhase::Placement, done * n / most.max(1), n);
+        cancel()
+    };
+    let greedy = greedy_placement_until(adjacency, slots_per_page, &refine, &between_batches)
         .map_err(err)?
         .ok_or(IndexError::Cancelled)?;
     report.overlap_identity = overlap_ratio(adjacency, &identity, slots_per_page);

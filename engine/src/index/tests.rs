@@ -371,3 +371,37 @@ fn a_cancel_during_placement_stops_the_build() {
     // The same build with nobody cancelling finishes.
     build_index(dir.path(), &rows, &tids(n), &params, &none, &never).unwrap();
 }
+
+#[test]
+fn placement_reports_progress_between_batches() {
+    // pg_stat_progress_create_index shows these: a 1M-row placement takes half a minute.
+    let events = Mutex::new(Vec::new());
+    let progress = |phase: BuildPhase, done: u64, total: u64| {
+        if phase == BuildPhase::Placement {
+            events.lock().unwrap().push((done, total));
+        }
+    };
+    let n = 3000;
+    let rows = crate::dataset::synthetic_clustered(n, 8, 10, 6);
+    let dir = tempfile::tempdir().unwrap();
+    build_index(
+        dir.path(),
+        &rows,
+        &tids(n),
+        &small_params(Metric::L2),
+        &progress,
+        &never,
+    )
+    .unwrap();
+    let events = events.into_inner().unwrap();
+    let n = n as u64;
+    assert!(events.iter().all(|&(_, total)| total == n), "{events:?}");
+    assert!(events.windows(2).all(|w| w[0].0 <= w[1].0), "{events:?}");
+    assert_eq!(events.first(), Some(&(0, n)));
+    assert_eq!(events.last(), Some(&(n, n)));
+    let between = events
+        .iter()
+        .filter(|&&(done, _)| done > 0 && done < n)
+        .count();
+    assert!(between >= 2, "progress inside the phase: {events:?}");
+}

@@ -155,18 +155,20 @@ pub fn greedy_placement_with(
     slots_per_page: usize,
     refine: &RefineOptions,
 ) -> Result<Placement, PlacementError> {
-    greedy_placement_until(adjacency, slots_per_page, refine, &|| false)
+    greedy_placement_until(adjacency, slots_per_page, refine, &|_, _| false)
         .map(|placed| placed.expect("a placement that is never stopped finishes"))
 }
 
-/// [`greedy_placement_with`], asking `should_stop` between batches of the refinement (about
-/// a millisecond apart); `None` when it said stop. A 1M-row refinement takes half a minute,
-/// too long for a cancelled CREATE INDEX to wait out.
+/// [`greedy_placement_with`], calling `between_batches(done, most)` on the calling thread
+/// before each batch of the refinement (about a millisecond apart), with the vertices refined
+/// so far over all passes and the most there can be; `None` when it returned true (stop).
+/// A 1M-row refinement takes half a minute: long enough to show progress, too long for a
+/// cancelled CREATE INDEX to wait out.
 pub fn greedy_placement_until(
     adjacency: &[Vec<VertexId>],
     slots_per_page: usize,
     refine: &RefineOptions,
-    should_stop: &dyn Fn() -> bool,
+    between_batches: &dyn Fn(u64, u64) -> bool,
 ) -> Result<Option<Placement>, PlacementError> {
     check_slots_per_page(slots_per_page)?;
     check_neighbour_ids(adjacency)?;
@@ -181,7 +183,7 @@ pub fn greedy_placement_until(
             pages,
             slots_per_page,
             refine,
-            should_stop,
+            between_batches,
         );
         match refined {
             Some(refined) => page_of = refined,

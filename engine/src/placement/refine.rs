@@ -31,7 +31,8 @@ pub struct RefineOptions {
 }
 
 /// Refines `page_of` (every page but the last full, as BNP leaves it) and returns it, or
-/// `None` as soon as `should_stop` (asked before each batch) says so.
+/// `None` as soon as `between_batches` (called before each batch with the vertices refined
+/// so far and the most there can be) returns true.
 pub(super) fn refine(
     adjacency: &[Vec<VertexId>],
     incoming: &Incoming,
@@ -39,7 +40,7 @@ pub(super) fn refine(
     pages: usize,
     slots_per_page: usize,
     options: &RefineOptions,
-    should_stop: &dyn Fn() -> bool,
+    between_batches: &dyn Fn(u64, u64) -> bool,
 ) -> Option<Vec<u32>> {
     let n = adjacency.len();
     let threads = options.threads.max(1);
@@ -48,10 +49,11 @@ pub(super) fn refine(
         .map(|_| Scratch::new(n, pages))
         .collect();
     let mut proposals = Vec::new();
-    for _ in 0..options.passes {
+    let most = (options.passes * n) as u64;
+    for pass in 0..options.passes {
         let mut changes = 0;
         for first in (0..n).step_by(options.batch.max(1)) {
-            if should_stop() {
+            if between_batches((pass * n + first) as u64, most) {
                 return None;
             }
             let batch = first..(first + options.batch.max(1)).min(n);

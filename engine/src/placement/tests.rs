@@ -237,18 +237,23 @@ fn a_stopped_refinement_returns_nothing_and_an_unstopped_one_the_placement() {
         batch: 64,
         ..RefineOptions::with_threads(2)
     };
-    let asked = std::sync::atomic::AtomicUsize::new(0);
-    let stop_at_third = || asked.fetch_add(1, std::sync::atomic::Ordering::Relaxed) >= 2;
+    let asked = std::sync::Mutex::new(Vec::new());
+    let stop_at_third = |done, most| {
+        let mut asked = asked.lock().unwrap();
+        asked.push((done, most));
+        asked.len() >= 3
+    };
     assert_eq!(
         greedy_placement_until(&g, 10, &options, &stop_at_third),
         Ok(None)
     );
+    let most = (DEFAULT_REFINE_PASSES * 3000) as u64;
     assert_eq!(
-        asked.load(std::sync::atomic::Ordering::Relaxed),
-        3,
-        "asked per batch"
+        *asked.lock().unwrap(),
+        [(0, most), (64, most), (128, most)],
+        "asked before each batch, with the vertices refined so far"
     );
-    let whole = greedy_placement_until(&g, 10, &options, &|| false).unwrap();
+    let whole = greedy_placement_until(&g, 10, &options, &|_, _| false).unwrap();
     assert_eq!(
         whole,
         Some(greedy_placement_with(&g, 10, &options).unwrap())
