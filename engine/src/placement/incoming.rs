@@ -1,6 +1,6 @@
 //! Every vertex's in-neighbours, which page refinement weighs as much as its out-neighbours.
 
-use super::parallel::{map_vertices, vertex_chunks};
+use super::parallel::{map_vertices, run_parts, vertex_chunks};
 use crate::VertexId;
 
 /// Every vertex's in-neighbours in one CSR array: two allocations instead of a `Vec` per
@@ -147,23 +147,9 @@ pub(super) fn reverse_adjacency(adjacency: &[Vec<VertexId>], threads: usize) -> 
         parts.push((range, head));
         rest = tail;
     }
-    let mark = |(range, in_ids): (std::ops::Range<usize>, &mut [VertexId])| {
+    let marked = run_parts(parts, |(range, in_ids)| {
         mark_mutual_pairs(adjacency, &repeats, &out_offsets, &offsets, range, in_ids)
-    };
-    let marked: Vec<(usize, Vec<u64>)> = if parts.len() <= 1 {
-        parts.into_iter().map(mark).collect()
-    } else {
-        std::thread::scope(|scope| {
-            let handles: Vec<_> = parts
-                .into_iter()
-                .map(|part| scope.spawn(move || mark(part)))
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
-                .collect()
-        })
-    };
+    });
     let mut reciprocal = vec![0u64; out_offsets[n].div_ceil(64)];
     for (first_word, words) in marked {
         for (at, w) in words.into_iter().enumerate() {

@@ -12,27 +12,43 @@ pub(super) fn vertex_chunks(n: usize, threads: usize) -> Vec<Range<usize>> {
         .collect()
 }
 
+/// `f(part)` for every part, in order: the first on the calling thread, each other on a
+/// scoped thread of its own. A panic in a part is raised again on the caller.
+pub(super) fn run_parts<P, R, F>(parts: Vec<P>, f: F) -> Vec<R>
+where
+    P: Send,
+    R: Send,
+    F: Fn(P) -> R + Sync,
+{
+    let mut parts = parts.into_iter();
+    let Some(first) = parts.next() else {
+        return Vec::new();
+    };
+    std::thread::scope(|scope| {
+        let f = &f;
+        let helpers: Vec<_> = parts.map(|part| scope.spawn(move || f(part))).collect();
+        let mut results = vec![f(first)];
+        results.extend(
+            helpers
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))),
+        );
+        results
+    })
+}
+
 /// `f(v)` for every v in `0..n`, in order, computed on up to `threads` threads.
 pub(super) fn map_vertices<T, F>(n: usize, threads: usize, f: F) -> Vec<T>
 where
     T: Send,
     F: Fn(usize) -> T + Sync,
 {
-    let chunks = vertex_chunks(n, threads);
-    if chunks.len() <= 1 {
-        return (0..n).map(f).collect();
-    }
-    let parts: Vec<Vec<T>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = chunks
-            .into_iter()
-            .map(|range| scope.spawn(|| range.map(&f).collect::<Vec<T>>()))
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
-            .collect()
-    });
-    parts.into_iter().flatten().collect()
+    run_parts(vertex_chunks(n, threads), |range| {
+        range.map(&f).collect::<Vec<T>>()
+    })
+    .into_iter()
+    .flatten()
+    .collect()
 }
 
 #[cfg(test)]
@@ -49,5 +65,7 @@ mod tests {
         }
         assert_eq!(map_vertices(1000, 3, |v| v * 2)[999], 1998);
         assert_eq!(map_vertices(1000, 3, |v| v).len(), 1000);
+        assert_eq!(run_parts(vec![1, 2, 3], |x| x * 10), [10, 20, 30]);
+        assert!(run_parts(Vec::<u8>::new(), |x| x).is_empty());
     }
 }

@@ -17,7 +17,7 @@
 //! would have changed.
 
 use super::incoming::Incoming;
-use super::parallel::{map_vertices, vertex_chunks};
+use super::parallel::{map_vertices, run_parts, vertex_chunks};
 use crate::VertexId;
 
 /// How the refinement runs.
@@ -50,13 +50,14 @@ pub(super) fn refine(
         .collect();
     let mut proposals = Vec::new();
     let most = (options.passes * n) as u64;
+    let batch_len = options.batch.max(1);
     for pass in 0..options.passes {
         let mut changes = 0;
-        for first in (0..n).step_by(options.batch.max(1)) {
+        for first in (0..n).step_by(batch_len) {
             if between_batches((pass * n + first) as u64, most) {
                 return None;
             }
-            let batch = first..(first + options.batch.max(1)).min(n);
+            let batch = first..(first + batch_len).min(n);
             state.propose(batch, &mut scratch, &mut proposals);
             changes += proposals.iter().filter(|p| state.commit(p)).count();
         }
@@ -160,35 +161,15 @@ impl<'g> PageState<'g> {
     ) {
         out.clear();
         let shares = vertex_chunks(batch.len(), scratch.len());
-        let run = |share: std::ops::Range<usize>, scratch: &mut Scratch| {
+        let parts: Vec<_> = shares.into_iter().zip(scratch.iter_mut()).collect();
+        run_parts(parts, |(share, scratch)| {
             scratch.proposals.clear();
             for u in batch.start + share.start..batch.start + share.end {
                 if let Some(p) = self.proposal_for(u, scratch) {
                     scratch.proposals.push(p);
                 }
             }
-        };
-        if shares.len() <= 1 {
-            for share in shares {
-                run(share, &mut scratch[0]);
-            }
-        } else {
-            std::thread::scope(|scope| {
-                let mut parts = scratch.iter_mut().zip(shares);
-                let mine = parts.next();
-                let helpers: Vec<_> = parts
-                    .map(|(scratch, share)| scope.spawn(move || run(share, scratch)))
-                    .collect();
-                if let Some((scratch, share)) = mine {
-                    run(share, scratch);
-                }
-                for helper in helpers {
-                    helper
-                        .join()
-                        .unwrap_or_else(|e| std::panic::resume_unwind(e));
-                }
-            });
-        }
+        });
         for s in scratch.iter() {
             out.extend_from_slice(&s.proposals);
         }
