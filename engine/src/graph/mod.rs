@@ -1,6 +1,7 @@
 //! The proximity graph: Vamana build, RobustPrune, in-memory greedy search and the build's
 //! memory estimate.
 //!
+//! * [`admit`]: one new neighbour into a full, pruned list in O(R) distances (inserts).
 //! * [`prune`]: RobustPrune, generic over where candidate-to-candidate distances come from
 //!   (exact vectors at build time; exact or PQ-reconstructed ones on the insert path).
 //! * [`vamana`]: the parallel two-pass in-memory build over full vectors.
@@ -8,6 +9,7 @@
 //!   entrance graph and by tests.
 //! * [`memory`]: what a build will allocate, computed before it starts, and the budget check.
 
+pub mod admit;
 pub mod memory;
 pub mod prune;
 pub mod search;

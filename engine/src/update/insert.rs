@@ -411,6 +411,9 @@ impl Index {
             // displaced into the new vertex's list (u -> v -> z).
             let nearest = v_list.first() == Some(&u);
             let extended = self.extend_list(u, current, &[v], nearest.then_some(v), vectors);
+            if !extended.changed {
+                continue; // v was occluded: u's list stays as it is
+            }
             displaced.extend(extended.displaced);
             let new_list = extended.list;
             changes.push(ListChange {

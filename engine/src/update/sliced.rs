@@ -6,10 +6,9 @@
 //!
 //! 1. **Read**: each target vertex's current list, without locks (one edge-page read each).
 //! 2. **Extend**: the list with its new back-edges, appended while the degree allows,
-//!    otherwise re-pruned by a [`ResumablePrune`] in slices of [`PRUNE_SLICE`] distance
-//!    computations, each resuming where the last stopped, bit-identical to an uninterrupted
-//!    prune. The pool is fixed before the prune starts (the paper's candidate preparation,
-//!    one step).
+//!    otherwise in two steps: the list's distances from its vertex (the paper's candidate
+//!    preparation), then the admission of the new back-edges (`graph::admit`, one distance
+//!    per neighbour each), the same computation as an inline insert's.
 //! 3. **Commit**: the group's stripes taken (if one is busy, a later stall tries again: a
 //!    search does not wait for a writer, up to [`COMMIT_TRIES`] tries), each list read again
 //!    and the task re-validated;
@@ -28,15 +27,13 @@ use super::back_edges::{BackEdge, BackEdgeReport, Extended, Staged};
 use super::locks::{StripeGuard, WriteLocks};
 use super::vectors::VectorCache;
 use super::write::{read_current_list, write_lists};
-use crate::graph::vamana::prune_metric;
-use crate::graph::ResumablePrune;
 use crate::index::{Index, IndexError};
 use crate::storage::HeapTid;
 use crate::VertexId;
 use rustc_hash::FxHashMap as HashMap;
 
-/// Distance computations in one slice of a re-prune (about 2–6 µs of 384- to 960-d
-/// distances on PQ reconstructions).
+/// Distance computations in one slice of a repair's re-prune (about 2–6 µs of 384- to
+/// 960-d distances on PQ reconstructions).
 pub const PRUNE_SLICE: usize = 32;
 
 /// One vertex whose list the group changes, and how far its change has come.
@@ -48,8 +45,9 @@ struct Target {
     current: Option<Vec<VertexId>>,
     /// The targets the extension adds (those `current` lacks, live when it was computed).
     new: Vec<VertexId>,
-    /// The re-prune under way.
-    prune: Option<ResumablePrune>,
+    /// `current`'s live neighbours with their distances from `u`, closest first, once the
+    /// pool step computed them for a list that has no room.
+    pool: Option<Vec<(VertexId, f32)>>,
     /// The extension of `current` by `new`.
     extended: Option<Extended>,
 }
@@ -65,25 +63,30 @@ pub enum StepKind {
     Read,
     /// A list with room takes its new back-edges.
     Append,
-    /// A re-prune's candidate pool: a PQ reconstruction and a distance per candidate.
+    /// A full list's distances from its vertex: a PQ reconstruction and a distance per
+    /// neighbour.
     Pool,
-    /// [`PRUNE_SLICE`] distance computations of a re-prune.
+    /// [`PRUNE_SLICE`] distance computations of a repair's re-prune.
     PruneSlice,
     /// Locks, reads again, writes one page through the log.
     Commit,
     /// A repair's candidate pool ([`super::SlicedRepair`]): its doomed neighbours' lists
     /// merged, a PQ reconstruction and a distance per candidate (often a few hundred).
     RepairPool,
+    /// A full list's new back-edges admitted (`graph::admit`): at most a distance per
+    /// neighbour for each.
+    Admit,
 }
 
 impl StepKind {
-    pub const ALL: [StepKind; 6] = [
+    pub const ALL: [StepKind; 7] = [
         StepKind::Read,
         StepKind::Append,
         StepKind::Pool,
         StepKind::PruneSlice,
         StepKind::Commit,
         StepKind::RepairPool,
+        StepKind::Admit,
     ];
 
     pub fn index(self) -> usize {
@@ -153,7 +156,7 @@ impl SlicedBackEdges {
                     to: vec![t.to],
                     current: None,
                     new: Vec::new(),
-                    prune: None,
+                    pool: None,
                     extended: None,
                 }),
             }
@@ -191,8 +194,8 @@ impl SlicedBackEdges {
     /// Runs steps until the group has committed (`Some`, with what it did) or `may_start`
     /// declines the next step (`None`; call again to resume). `may_start` is asked before
     /// every step with the step's kind (so that a caller can time the steps and start only
-    /// what it expects to fit); a re-prune is a [`StepKind::Pool`] step and then
-    /// [`StepKind::PruneSlice`] steps of [`PRUNE_SLICE`] distances each.
+    /// what it expects to fit); a full list's extension is a [`StepKind::Pool`] step and
+    /// then a [`StepKind::Admit`] step.
     pub fn advance(
         &mut self,
         index: &Index,
@@ -290,8 +293,8 @@ impl SlicedBackEdges {
         if target.extended.is_some() || target.new.is_empty() {
             return None;
         }
-        Some(if target.prune.is_some() {
-            StepKind::PruneSlice
+        Some(if target.pool.is_some() {
+            StepKind::Admit
         } else if current.len() + target.new.len() <= index.files().edge_layout().max_degree() {
             StepKind::Append
         } else {
@@ -299,31 +302,24 @@ impl SlicedBackEdges {
         })
     }
 
-    /// One extend step of target `i`: the append, the re-prune's pool, or a slice of the
-    /// re-prune; true when the target's extension is computed.
+    /// One extend step of target `i`: the append, the full list's pool, or the admission
+    /// into it; true when the target's extension is computed. Together the steps compute
+    /// what [`Index::extend_list`] does in one call.
     fn extend(&mut self, index: &Index, i: usize, vectors: &mut VectorCache<'_>) -> bool {
         let max_degree = index.files().edge_layout().max_degree();
         let target = &mut self.targets[i];
         let current = target.current.as_ref().expect("extend_kind checked");
-        let Some(prune) = target.prune.as_mut() else {
+        let Some(pool) = target.pool.take() else {
             if current.len() + target.new.len() <= max_degree {
                 target.extended =
                     Some(index.extend_list(target.u, current.clone(), &target.new, None, vectors));
                 return true;
             }
-            let pool = index.prune_pool(target.u, current, &target.new, vectors);
-            let alpha = index.files().manifest().params.alpha;
-            target.prune = Some(ResumablePrune::new(pool, alpha, max_degree));
+            target.pool = Some(index.admission_pool(target.u, current, vectors));
             return false;
         };
-        let metric = prune_metric(index.metric());
-        let mut budget = PRUNE_SLICE;
-        if !prune.advance(&mut budget, |a, b| vectors.distance(metric, a, b)) {
-            return false;
-        }
-        let kept = prune.result();
-        target.extended = Some(index.finish_extension(current, kept));
-        target.prune = None;
+        let extended = index.admit_all(target.u, current, pool, &target.new, None, vectors);
+        target.extended = Some(extended);
         true
     }
 
