@@ -17,6 +17,7 @@ pub mod io;
 pub mod io_wait;
 pub mod kmeans;
 pub mod lios;
+pub mod memory_fit;
 pub mod page_cache;
 pub mod pages;
 pub mod placement;

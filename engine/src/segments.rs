@@ -26,6 +26,11 @@ use io_uring::IoUring;
 use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// How often a reader asks again whether its fork fits in memory (the fork grows, and other
+/// processes take and free memory).
+const FIT_RECHECK: Duration = Duration::from_secs(10);
 
 const SECTORS_PER_BLOCK: usize = BLOCK_SIZE / SECTOR_SIZE;
 
@@ -37,6 +42,8 @@ pub struct SegmentReader {
     /// Buffered descriptors of the same segments, for the page-cache probe (O_DIRECT only).
     buffered: Vec<Option<File>>,
     probe: PageCacheProbe,
+    /// When the probe was last told whether the fork fits in memory.
+    fit_checked: Option<Instant>,
     direct: bool,
     backend: Backend,
     queue_depth: usize,
@@ -90,6 +97,7 @@ impl SegmentReader {
             files: vec![Some(first)],
             buffered,
             probe,
+            fit_checked: None,
             direct,
             backend,
             queue_depth: queue_depth as usize,
@@ -114,6 +122,26 @@ impl SegmentReader {
 
     fn segment_path(&self, segment: u32) -> PathBuf {
         segment_path(&self.base, segment)
+    }
+
+    /// Tells the page-cache probe, at most every [`FIT_RECHECK`], whether the fork's segment
+    /// files fit in memory ([`crate::memory_fit`]).
+    fn check_fit(&mut self) {
+        if !self.probe.is_enabled()
+            || self
+                .fit_checked
+                .is_some_and(|at| at.elapsed() < FIT_RECHECK)
+        {
+            return;
+        }
+        self.fit_checked = Some(Instant::now());
+        let bytes: u64 = (0..)
+            .map_while(|s| std::fs::metadata(self.segment_path(s)).ok())
+            .map(|m| m.len())
+            .sum();
+        let available = crate::memory_fit::memory_available();
+        self.probe
+            .set_fits(crate::memory_fit::fits(bytes, available));
     }
 
     /// Opens every segment `blocks` touch (with the same O_DIRECT choice as segment 0).
@@ -157,6 +185,7 @@ impl SegmentReader {
             ));
         }
         self.open_segments(blocks.iter().copied())?;
+        self.check_fit();
         let files = &self.files;
         let bytes: &mut [u8] =
             bytemuck::cast_slice_mut(&mut out[..blocks.len() * SECTORS_PER_BLOCK]);
@@ -246,6 +275,7 @@ impl SegmentReader {
             }
         }
         self.open_segments(parts.iter().map(|p| p.block))?;
+        self.check_fit();
         let mut scratch = std::mem::take(&mut self.scratch);
         if scratch.len() < total {
             scratch.resize(total, AlignedPage::zeroed());
