@@ -75,7 +75,7 @@ print(f"{r0['base']} base rows + {r0['insert']} inserted in batches of {r0['batc
       f"{r0['writers']} writers while {r0['searchers']} sessions search (search list "
       f"{r0['search_list']}); edge file {r0['edge_pages_at_start']} pages at the start; "
       f"cache {r0['cache_size']}.\n")
-print("| policy | search hit rate | insert hit rate | edge-page device reads / query | / insert "
+print("| policy | search hit rate | insert hit rate | NAVIS-Cache misses / query | / insert "
       "| rows/s | q/s during inserts | P50 / P99 ms | search-only hit rate | reads / query "
       "| search-only q/s | promoted | frozen evictions | recall@10 |")
 print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")

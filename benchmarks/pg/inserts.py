@@ -390,7 +390,8 @@ def main():
                            pages_in_place=d["insert_pages_in_place"] / n,
                            vectors_loaded=d["insert_vectors_loaded"] / n,
                            lists_written=d["edge_lists_written"] / n)
-                # NAVIS-Cache: edge pages that needed a device read (misses), per insert and
+                # NAVIS-Cache misses (edge pages read from the page cache or the device; the
+                # key names say "device", which they are only out of memory), per insert and
                 # per search query of this batch
                 c_after = cache_counters(conn)
                 dc = {k: c_after.get(k, 0) - c_before.get(k, 0) for k in c_after}

@@ -93,8 +93,10 @@ def main():
             print(f"| {clients} | **navis / pgvector** | | | "
                   f"**{ratio(qps[(clients, 'navis')], qps[(clients, 'pgvector')])}** | | | | | |")
     print("\n### Inserts with concurrent searches (averages over the batches)\n")
-    print("| system | rows/s | search q/s | P50 ms | P99 ms | recall@10 after | edge-page device "
-          "reads / insert | / query | NAVIS-Cache hit rate search / insert |")
+    # NAVIS-Cache misses: edge pages read from outside the cache, by the page cache or the
+    # device (the JSON keys say "device reads", an older and wrong name kept for old files).
+    print("| system | rows/s | search q/s | P50 ms | P99 ms | recall@10 after | NAVIS-Cache "
+          "misses / insert | / query | NAVIS-Cache hit rate search / insert |")
     print("|---|---|---|---|---|---|---|---|---|")
     avg = {}
     for name in ("navis", "pgvector"):
