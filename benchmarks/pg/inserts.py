@@ -46,6 +46,8 @@ Wall times on shared machines are noisy; the per-insert counters are determinist
 
 import argparse
 import json
+import multiprocessing
+import queue
 import sys
 import threading
 import time
@@ -65,20 +67,64 @@ def counters(conn, index):
         return dict(cur.fetchall())
 
 
+# Writers and searchers are processes, not threads: with threads, one interpreter's GIL
+# serialised every client's Python work, and in memory (where a query takes well under a
+# millisecond) the clients, not the server, set the pace: perf over an insert phase put two
+# Python threads at 48% of the two cores' samples, about one core, and the faster system's
+# searchers took the GIL from its writers most. Forked, so the loaded rows are shared, not copied.
+MP = multiprocessing.get_context("fork")
+
+
 class Progress:
-    """Counts shared by the writer, searcher and sampler threads."""
+    """Counts shared by the writer and searcher processes and the sampler thread."""
 
     def __init__(self):
-        self.lock = threading.Lock()
-        self.inserted = self.searches = self.deleted = 0
+        self.lock = MP.Lock()
+        self.counts = {f: MP.Value("q", 0, lock=False) for f in ("inserted", "searches", "deleted")}
 
     def add(self, field, n):
         with self.lock:
-            setattr(self, field, getattr(self, field) + n)
+            self.counts[field].value += n
 
     def snapshot(self):
         with self.lock:
-            return self.inserted, self.searches, self.deleted
+            return tuple(self.counts[f].value for f in ("inserted", "searches", "deleted"))
+
+
+def start_searchers(args, table, enc, progress):
+    """Starts args.searchers searcher processes; returns (stop event, processes, latency queue)."""
+    stop, done = MP.Event(), MP.Queue()
+    procs = [MP.Process(target=search_loop, args=(args, table, enc, stop, done, progress))
+             for _ in range(args.searchers)]
+    for p in procs:
+        p.start()
+    return stop, procs, done
+
+
+def stop_searchers(stop, procs, done):
+    """Stops the searchers; returns their latency lists (taken before joining, so that no
+    process blocks on a full queue)."""
+    stop.set()
+    try:
+        lists = [done.get(timeout=600) for _ in procs]
+    except queue.Empty:
+        sys.exit(f"a searcher process failed (exit codes {[p.exitcode for p in procs]})")
+    for p in procs:
+        p.join()
+    return lists
+
+
+def run_writers(args, table, base, ids, progress):
+    """Runs args.writers writer processes over ids and waits for them; a failed one is an error."""
+    procs = [MP.Process(target=insert_rows, args=(args, table, base, part, progress))
+             for part in np.array_split(ids, args.writers)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+    failed = [p.exitcode for p in procs if p.exitcode != 0]
+    if failed:
+        sys.exit(f"a writer process failed (exit codes {failed})")
 
 
 def cache_counters(conn):
@@ -147,7 +193,7 @@ def insert_rows(args, table, base, ids, progress):
 
 
 def search_loop(args, table, enc, stop, done, progress):
-    """Queries until stop is set; appends the latencies (seconds) of its queries to done."""
+    """Queries until stop is set; puts the latencies (seconds) of its queries on done."""
     conn = connect(args)
     lat = []
     with conn.cursor() as cur:
@@ -163,7 +209,7 @@ def search_loop(args, table, enc, stop, done, progress):
             lat.append(time.perf_counter() - t0)
             progress.add("searches", 1)
             n += 1
-    done.append(lat)
+    done.put(lat)
     conn.close()
 
 
@@ -291,16 +337,9 @@ def main():
     print()
     baseline = None
     if args.baseline_seconds > 0:
-        stop, done = threading.Event(), []
-        searchers = [threading.Thread(target=search_loop,
-                                      args=(args, table, enc, stop, done, Progress()))
-                     for _ in range(args.searchers)]
-        for t in searchers:
-            t.start()
+        stop, procs, queue = start_searchers(args, table, enc, Progress())
         time.sleep(args.baseline_seconds)
-        stop.set()
-        for t in searchers:
-            t.join()
+        done = stop_searchers(stop, procs, queue)
         baseline = latency_summary([x for d in done for x in d])
         baseline["qps"] = baseline["n"] / args.baseline_seconds
         print(f"no-update baseline ({args.baseline_seconds:.0f} s, {args.searchers} searchers): "
@@ -339,19 +378,9 @@ def main():
             ids = np.arange(next_id, next_id + args.batch)
             before = counters(conn, index) if navis else None
             c_before = cache_counters(conn) if navis else {}
-            stop, done = threading.Event(), []
-            searchers = [threading.Thread(target=search_loop,
-                                          args=(args, table, enc, stop, done, progress))
-                         for _ in range(args.searchers)]
-            for t in searchers:
-                t.start()
+            stop, procs, queue = start_searchers(args, table, enc, progress)
             t0 = time.perf_counter()
-            writers = [threading.Thread(target=insert_rows, args=(args, table, base, part, progress))
-                       for part in np.array_split(ids, args.writers)]
-            for t in writers:
-                t.start()
-            for t in writers:
-                t.join()
+            run_writers(args, table, base, ids, progress)
             t_ins = time.perf_counter()
             secs = t_ins - t0
             delete_s = vacuum_s = None
@@ -368,9 +397,7 @@ def main():
                 oldest += args.batch
                 progress.add("deleted", args.batch)
             wall = time.perf_counter() - t0
-            stop.set()
-            for t in searchers:
-                t.join()
+            done = stop_searchers(stop, procs, queue)
             lat = sorted(x for d in done for x in d)
             all_latencies.extend(lat)
             row = {"batch": b + 1, "rows": args.batch, "rows_per_s": args.batch / secs,
