@@ -47,6 +47,7 @@ Wall times on shared machines are noisy; the per-insert counters are determinist
 import argparse
 import json
 import multiprocessing
+import os
 import queue
 import sys
 import threading
@@ -80,7 +81,8 @@ class Progress:
 
     def __init__(self):
         self.lock = MP.Lock()
-        self.counts = {f: MP.Value("q", 0, lock=False) for f in ("inserted", "searches", "deleted")}
+        self.counts = {f: MP.Value("q", 0, lock=False)
+                       for f in ("inserted", "searches", "deleted", "writer_cpu_ticks")}
 
     def add(self, field, n):
         with self.lock:
@@ -89,6 +91,21 @@ class Progress:
     def snapshot(self):
         with self.lock:
             return tuple(self.counts[f].value for f in ("inserted", "searches", "deleted"))
+
+    def value(self, field):
+        with self.lock:
+            return self.counts[field].value
+
+
+def backend_cpu_ticks(pid):
+    """User + system CPU of a server process so far, in clock ticks (/proc/PID/stat fields 14
+    and 15); None when it cannot be read (another user's process without root)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def start_searchers(args, table, enc, progress):
@@ -181,6 +198,9 @@ def insert_rows(args, table, base, ids, progress):
     with conn.cursor() as cur:
         for setting in session_settings(args):
             cur.execute(setting)
+        cur.execute("SELECT pg_backend_pid()")
+        pid = cur.fetchone()[0]
+        cpu_before = backend_cpu_ticks(pid)
         for start in range(0, len(ids), 100):
             part = ids[start:start + 100]
             vals = encode_params(base[part[0]:part[-1] + 1], args.coltype)
@@ -189,6 +209,11 @@ def insert_rows(args, table, base, ids, progress):
                 cur.execute(f"INSERT INTO {table} (id, embedding) VALUES (%s, %s)", (int(i), v))
                 progress.add("inserted", 1)  # counted when executed (committed per 100 rows)
             cur.execute("COMMIT")
+        # The inserting backend's own CPU: what an insert costs the server, whatever share of
+        # the cores the concurrent searchers leave the writers.
+        cpu_after = backend_cpu_ticks(pid)
+        if cpu_before is not None and cpu_after is not None:
+            progress.add("writer_cpu_ticks", cpu_after - cpu_before)
     conn.close()
 
 
@@ -379,8 +404,10 @@ def main():
             before = counters(conn, index) if navis else None
             c_before = cache_counters(conn) if navis else {}
             stop, procs, queue = start_searchers(args, table, enc, progress)
+            ticks_before = progress.value("writer_cpu_ticks")
             t0 = time.perf_counter()
             run_writers(args, table, base, ids, progress)
+            ticks = progress.value("writer_cpu_ticks") - ticks_before
             t_ins = time.perf_counter()
             secs = t_ins - t0
             delete_s = vacuum_s = None
@@ -405,7 +432,9 @@ def main():
                    "t_end": time.perf_counter() - t_start,
                    "searches": len(lat), "search_qps": len(lat) / wall,
                    "search_p50_ms": pct(lat, 0.5), "search_p99_ms": pct(lat, 0.99),
-                   "rows_present": next_id + args.batch - oldest}
+                   "rows_present": next_id + args.batch - oldest,
+                   "writer_cpu_ms_per_insert":
+                       1000 * ticks / os.sysconf("SC_CLK_TCK") / args.batch if ticks else None}
             if args.window:
                 row.update(delete_s=delete_s, vacuum_s=vacuum_s, deleted=args.batch)
             if navis:
@@ -467,6 +496,7 @@ def main():
 
     averages = {k: mean(k) for k in ("rows_per_s", "search_qps", "search_p50_ms", "search_p99_ms",
                                      "recall", "pages_read", "pages_written", "lists_written",
+                                     "writer_cpu_ms_per_insert",
                                      "edge_device_reads_per_insert", "edge_device_reads_per_query",
                                      "cache_search_hit_rate", "cache_insert_hit_rate")}
     during = latency_summary(all_latencies)

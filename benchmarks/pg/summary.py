@@ -96,8 +96,9 @@ def main():
     # NAVIS-Cache misses: edge pages read from outside the cache, by the page cache or the
     # device (the JSON keys say "device reads", an older and wrong name kept for old files).
     print("| system | rows/s | search q/s | P50 ms | P99 ms | recall@10 after | NAVIS-Cache "
-          "misses / insert | / query | NAVIS-Cache hit rate search / insert |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "misses / insert | / query | NAVIS-Cache hit rate search / insert | writer backend CPU "
+          "ms / insert |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     avg = {}
     for name in ("navis", "pgvector"):
         if not i[name]:
@@ -110,11 +111,13 @@ def main():
               f"{f('search_p50_ms', '.2f')} | {f('search_p99_ms', '.2f')} | "
               f"{last.get('recall', a.get('recall')) or 0:.4f} | "
               f"{f('edge_device_reads_per_insert', '.1f')} | {f('edge_device_reads_per_query', '.1f')} | "
-              f"{f('cache_search_hit_rate', '.3f')} / {f('cache_insert_hit_rate', '.3f')} |")
+              f"{f('cache_search_hit_rate', '.3f')} / {f('cache_insert_hit_rate', '.3f')} | "
+              f"{f('writer_cpu_ms_per_insert', '.2f')} |")
     if len(avg) == 2:
         n, p = avg["navis"], avg["pgvector"]
         print(f"| **navis / pgvector** | **{ratio(n['rows_per_s'], p['rows_per_s'])}** | "
-              f"**{ratio(n['search_qps'], p['search_qps'])}** | | | | | | |")
+              f"**{ratio(n['search_qps'], p['search_qps'])}** | | | | | | | "
+              f"{ratio(p.get('writer_cpu_ms_per_insert'), n.get('writer_cpu_ms_per_insert'))} |")
     t = TARGETS.get(regime)
     if not t:
         return
