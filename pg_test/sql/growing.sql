@@ -51,7 +51,9 @@ SELECT recall(5001, 5040, 8) >= 0.95 AS recall_ok;
 SELECT problems, unreachable <= 3 AS few_unreachable FROM navis_verify('t_v');
 -- a fresh build of the same rows, for comparison
 CREATE INDEX t_v_fresh ON t USING navis (v) WITH (max_degree = 16, build_list = 32);
-SELECT pg_relation_size('t_v') <= 2.5 * pg_relation_size('t_v_fresh') AS size_within_2_5x;
+-- (2.50x before inserts admitted back-edges, RFC 0008, and 2.55x after: the retired build,
+-- grown by inserts from 256 to 2,047 rows, takes 4 blocks more; the live build is the same)
+SELECT pg_relation_size('t_v') <= 2.6 * pg_relation_size('t_v_fresh') AS size_within_2_6x;
 DROP INDEX t_v_fresh;
 -- deletes, VACUUM, then the next rebuild: deleted rows stay gone
 DELETE FROM t WHERE id % 3 = 0;
