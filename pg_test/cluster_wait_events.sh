@@ -30,10 +30,12 @@ test_wait_events_show_navis_reads() {
   echo "ok       wait_events_show_navis_reads (IO/DataFileRead in $seen samples of pg_stat_activity during unbounded scans)"
 }
 
-# Reads come from the page cache while it holds the index (just built), from the device with
-# O_DIRECT once the kernel dropped it (which O_DIRECT misses do not undo), and from the page
-# cache again after pg_prewarm reads the index back (RFC 0006). Each probe is a new backend
-# running 100 ordered scans; it reports the share of its bytes read that the page cache served.
+# Reads come from the page cache while it holds the index (just built); once the kernel dropped
+# it, the first visit of each page goes to the device, and since the index fits in memory that
+# read goes through the page cache (RFC 0006 addendum), so the next backend's same scans are
+# served from there again; pg_prewarm leaves it there too. Each probe is a new backend running
+# 100 ordered scans; it reports the share of its bytes read that the page cache served. (An
+# index that does not fit keeps its misses off the page cache: engine/src/page_cache.rs tests.)
 test_page_cache_serves_reads_until_evicted() {
   sql -c "CREATE TABLE pc (id int PRIMARY KEY, v real[])"
   load_fmnist pc 1 3000
@@ -43,16 +45,18 @@ test_page_cache_serves_reads_until_evicted() {
          SELECT count(*) FROM fm_q q, LATERAL (SELECT id FROM pc ORDER BY v <-> q.v LIMIT 10) n;
          SELECT round(page_cache_bytes::numeric / greatest(bytes_read, 1), 2) FROM navis_index_stats('pc_v')" | tail -1
   }
-  local fresh evicted again
+  local fresh evicted refilled again
   fresh=$(share)
   sql -c "CHECKPOINT" -c "SELECT navis_test_drop_page_cache('pc_v'::regclass)" >/dev/null
   evicted=$(share)
+  refilled=$(share)
   sql -c "CREATE EXTENSION IF NOT EXISTS pg_prewarm" -c "SELECT pg_prewarm('pc_v', 'read')" >/dev/null
   again=$(share)
   sql -c "DROP TABLE pc" -c "DROP EXTENSION pg_prewarm" >/dev/null
-  awk -v a="$fresh" -v b="$evicted" -v c="$again" 'BEGIN { exit !(a >= 0.9 && b <= 0.1 && c >= 0.9) }' ||
-    { fail page_cache_serves_reads_until_evicted "page-cache share of bytes read: fresh '$fresh', evicted '$evicted', prewarmed '$again'"; return; }
-  echo "ok       page_cache_serves_reads_until_evicted (share of bytes read from the page cache: $fresh just built, $evicted evicted, $again after pg_prewarm)"
+  awk -v a="$fresh" -v b="$evicted" -v r="$refilled" -v c="$again" \
+      'BEGIN { exit !(a >= 0.9 && b <= 0.9 && r >= 0.9 && c >= 0.9) }' ||
+    { fail page_cache_serves_reads_until_evicted "page-cache share of bytes read: fresh '$fresh', evicted '$evicted', next backend '$refilled', prewarmed '$again'"; return; }
+  echo "ok       page_cache_serves_reads_until_evicted (share of bytes read from the page cache: $fresh just built, $evicted evicted, $refilled in the next backend, $again after pg_prewarm)"
 }
 
 # pg_stat_statements (preloaded next to navis for this test) sees navis's page reads and
