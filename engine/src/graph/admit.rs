@@ -56,7 +56,7 @@ pub fn admit(
             removed: Vec::new(),
         };
     }
-    let at = list.partition_point(|&(id, d)| d.total_cmp(&d_pt).then(id.cmp(&t)).is_lt());
+    let at = position(list, new);
     if at >= max_degree {
         // Every place is taken by a closer member: the final round would stop before `t`.
         return Admission::Occluded;
@@ -82,6 +82,21 @@ pub fn admit(
         removed.push(cut);
     }
     Admission::Admitted { removed }
+}
+
+/// Inserts `new` into `list` (sorted as [`admit`] wants it) at its place, without an occlusion
+/// check or a bound: a list with room takes a back-edge as an append would. A `t` already in the
+/// list is left as it is.
+pub fn place(list: &mut Vec<(VertexId, f32)>, new: (VertexId, f32)) {
+    if !list.iter().any(|&(id, _)| id == new.0) {
+        let at = position(list, new);
+        list.insert(at, new);
+    }
+}
+
+/// Where `new` goes in a list sorted by distance, then id.
+fn position(list: &[(VertexId, f32)], (t, d_t): (VertexId, f32)) -> usize {
+    list.partition_point(|&(id, d)| d.total_cmp(&d_t).then(id.cmp(&t)).is_lt())
 }
 
 #[cfg(test)]
@@ -203,6 +218,15 @@ mod tests {
             admit(&mut Vec::new(), (5, 1.0), 1.2, 0, far),
             Admission::Occluded
         );
+    }
+
+    #[test]
+    fn place_keeps_the_order_and_ignores_members() {
+        let mut list = vec![(1, 1.0), (3, 3.0)];
+        place(&mut list, (2, 2.0));
+        place(&mut list, (0, 3.0)); // same distance as 3: the smaller id first
+        place(&mut list, (1, 9.0)); // already a member
+        assert_eq!(list, vec![(1, 1.0), (2, 2.0), (0, 3.0), (3, 3.0)]);
     }
 
     #[test]

@@ -213,7 +213,7 @@ pub fn occlusion_factor(d_pt: f32, d_st: f32) -> f32 {
 }
 
 /// Sorts by distance then id and keeps the first (closest) entry of each id.
-fn sort_and_dedup(candidates: &mut Vec<(VertexId, f32)>) {
+pub(crate) fn sort_and_dedup(candidates: &mut Vec<(VertexId, f32)>) {
     candidates.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)));
     candidates.dedup_by_key(|c| c.0);
     candidates.sort_unstable_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));

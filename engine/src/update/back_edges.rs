@@ -19,7 +19,8 @@ use super::locks::{StripeGuard, WriteLocks};
 use super::log::IndexLog;
 use super::vectors::VectorCache;
 use super::write::{read_current_list, write_lists, ListChange};
-use crate::graph::admit::admit;
+use crate::graph::admit::{admit, place};
+use crate::graph::prune::sort_and_dedup;
 use crate::graph::vamana::prune_metric;
 use crate::index::{Index, IndexError};
 use crate::storage::{EdgeLocation, HeapTid};
@@ -54,7 +55,7 @@ pub struct BackEdgeReport {
     pub done: u64,
     /// Tasks dropped: the vertex was freed, or the target deleted or freed, since.
     pub dropped: u64,
-    /// Lists re-pruned because the back-edges overflowed them.
+    /// Full lists the back-edges were admitted into (`graph::admit`).
     pub pruned: u64,
     pub lists_written: u64,
     pub lists_absorbed: u64,
@@ -135,8 +136,7 @@ impl Index {
             .filter(|&t| t != u && self.is_live_undeleted(t))
             .map(|t| (t, prune.search_distance(&from, vectors.get(t))))
             .collect();
-        list.sort_unstable_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
-        list.dedup_by_key(|c| c.0);
+        sort_and_dedup(&mut list);
         list
     }
 
@@ -161,12 +161,7 @@ impl Index {
                 continue;
             }
             if list.len() < max_degree {
-                // Room left by deleted neighbours: taken as an append would take it.
-                if !list.iter().any(|&(id, _)| id == t) {
-                    let at = list
-                        .partition_point(|&(id, d)| d.total_cmp(&d_ut).then(id.cmp(&t)).is_lt());
-                    list.insert(at, (t, d_ut));
-                }
+                place(&mut list, (t, d_ut)); // room left by deleted neighbours
                 continue;
             }
             admit(&mut list, (t, d_ut), alpha, max_degree, |a, b| {
