@@ -337,7 +337,7 @@ impl ProductQuantizer {
         for (s, &c) in code.iter().enumerate() {
             let target = &mut out[self.bounds[s]..self.bounds[s + 1]];
             if (c as usize) < self.k {
-                target.copy_from_slice(self.centroid(s, c as usize));
+                copy_centroid(target, self.centroid(s, c as usize));
             } else {
                 target.fill(0.0);
             }
@@ -381,6 +381,23 @@ impl ProductQuantizer {
             }
         }
     }
+}
+
+/// `to.copy_from_slice(from)` for a subspace's few floats. A copy of a length known only at
+/// run time is a call to `memcpy`, one per subspace: reconstructions made that 17% of an
+/// inserting backend's CPU (perf, 180K MiniLM rows, 96 subspaces of 4). The common widths
+/// get a copy of constant length, which compiles to a few moves.
+#[inline(always)]
+fn copy_centroid(to: &mut [f32], from: &[f32]) {
+    macro_rules! constant_width {
+        ($($n:literal)*) => {
+            match to.len() {
+                $($n => to[..$n].copy_from_slice(&from[..$n]),)*
+                _ => to.copy_from_slice(from),
+            }
+        };
+    }
+    constant_width!(1 2 3 4 5 6 7 8 12 16);
 }
 
 /// Rows to train on, ascending: all of them when there are at most `max_sample`, otherwise a

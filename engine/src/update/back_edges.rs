@@ -129,12 +129,13 @@ impl Index {
         vectors: &mut VectorCache<'_>,
     ) -> Vec<(VertexId, f32)> {
         let prune = prune_metric(self.metric());
+        vectors.prefetch(current);
         let from = vectors.get(u).to_vec();
         let mut list: Vec<(VertexId, f32)> = current
             .iter()
             .copied()
             .filter(|&t| t != u && self.is_live_undeleted(t))
-            .map(|t| (t, prune.search_distance(&from, vectors.get(t))))
+            .map(|t| (t, vectors.distance_from(prune, &from, t)))
             .collect();
         sort_and_dedup(&mut list);
         list
@@ -156,7 +157,7 @@ impl Index {
         let prune = prune_metric(self.metric());
         let from = vectors.get(u).to_vec();
         for &t in new.iter().filter(|&&t| t != u) {
-            let d_ut = prune.search_distance(&from, vectors.get(t));
+            let d_ut = vectors.distance_from(prune, &from, t);
             if d_ut.is_nan() {
                 continue;
             }

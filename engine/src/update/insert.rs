@@ -190,7 +190,7 @@ impl Index {
         for &(id, _) in &explored {
             match cursor.exact_vector(id) {
                 Some(v) if !v[0].is_nan() => {
-                    vectors.exact.insert(id, v.to_vec());
+                    vectors.add_exact(id, v);
                 }
                 _ => {}
             }
@@ -208,7 +208,7 @@ impl Index {
         let mut pool: Vec<(VertexId, f32)> = explored
             .iter()
             .filter(|&&(id, _)| self.is_live_undeleted(id))
-            .map(|&(id, _)| (id, prune.search_distance(&query, vectors.get(id))))
+            .map(|&(id, _)| (id, vectors.distance_from(prune, &query, id)))
             .filter(|(_, d)| !d.is_nan())
             .collect();
         let neighbours = robust_prune(&mut pool, alpha, max_degree, |a, b| {
@@ -235,7 +235,7 @@ impl Index {
             return Err(e);
         }
         self.files().state().count(Counter::VectorsWritten, 1);
-        vectors.exact.insert(v, query.clone());
+        vectors.add_exact(v, &query);
 
         // The neighbours' lists first and the new vertex's last, so that the new list can
         // take over neighbours that the back-edges pushed out of their lists (below).

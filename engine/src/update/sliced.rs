@@ -25,12 +25,11 @@
 
 use super::back_edges::{BackEdge, BackEdgeReport, Extended, Staged};
 use super::locks::{StripeGuard, WriteLocks};
-use super::vectors::VectorCache;
+use super::vectors::{Deflated, VectorCache};
 use super::write::{read_current_list, write_lists};
 use crate::index::{Index, IndexError};
 use crate::storage::HeapTid;
 use crate::VertexId;
-use rustc_hash::FxHashMap as HashMap;
 
 /// Distance computations in one slice of a repair's re-prune (about 2–6 µs of 384- to
 /// 960-d distances on PQ reconstructions).
@@ -129,7 +128,7 @@ pub struct SlicedBackEdges {
     /// Times the commit step was tried.
     commit_tries: u32,
     /// PQ reconstructions computed so far.
-    deflated: HashMap<VertexId, Vec<f32>>,
+    deflated: Deflated,
     page_buf: Vec<u8>,
     step: Step,
 }
@@ -166,7 +165,7 @@ impl SlicedBackEdges {
             targets,
             repeats,
             commit_tries: 0,
-            deflated: HashMap::default(),
+            deflated: Deflated::default(),
             page_buf: vec![0u8; index.files().edge_layout().page_size()],
             step: Step::Read(0),
         }

@@ -24,14 +24,13 @@
 use super::locks::WriteLocks;
 use super::repairs::RepairReport;
 use super::sliced::{commit_stripes, StepKind, PRUNE_SLICE};
-use super::vectors::VectorCache;
+use super::vectors::{Deflated, VectorCache};
 use super::write::{read_current_list, write_lists, ListChange};
 use crate::graph::vamana::prune_metric;
 use crate::graph::ResumablePrune;
 use crate::index::{Index, IndexError};
 use crate::storage::HeapTid;
 use crate::VertexId;
-use rustc_hash::FxHashMap as HashMap;
 use std::collections::HashSet;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -60,7 +59,7 @@ pub struct SlicedRepair {
     repaired: Option<Vec<VertexId>>,
     commit_tries: u32,
     /// PQ reconstructions computed so far.
-    deflated: HashMap<VertexId, Vec<f32>>,
+    deflated: Deflated,
     page_buf: Vec<u8>,
     step: Step,
 }
@@ -75,7 +74,7 @@ impl SlicedRepair {
             prune: None,
             repaired: None,
             commit_tries: 0,
-            deflated: HashMap::default(),
+            deflated: Deflated::default(),
             page_buf: vec![0u8; index.files().edge_layout().page_size()],
             step: Step::ReadList,
         }
