@@ -46,6 +46,14 @@ impl CandidateList {
 
     pub fn insert_candidate(&mut self, c: Candidate) -> Option<Candidate> {
         let (distance, id) = (c.distance, c.id);
+        // Once the list is full most candidates scored are farther than its last entry:
+        // one comparison turns them away instead of a binary search.
+        if self.items.len() >= self.capacity {
+            match self.items.last() {
+                Some(last) if closer(distance, id, last.distance, last.id) => {}
+                _ => return Some(c),
+            }
+        }
         let at = self
             .items
             .partition_point(|x| closer(x.distance, x.id, distance, id));

@@ -212,6 +212,10 @@ pub struct SearchParams {
     /// `k`; rows past `k` are kept only if the rerank loaded them anyway, so keeping costs no
     /// read.
     pub keep_ranked: usize,
+    /// The caller runs the first pass only (position seeking for an insert): candidates
+    /// that fall off the list are dropped instead of kept for passes that will never run
+    /// (pushing each into the spill's heap was part of an insert's position seeking).
+    pub single_pass: bool,
 }
 
 impl Default for SearchParams {
@@ -234,6 +238,7 @@ impl Default for SearchParams {
             sequential_page_cost: 0.25,
             state_may_lag: false,
             keep_ranked: 0,
+            single_pass: false,
         }
     }
 }
@@ -467,7 +472,8 @@ impl<'a, S: IndexSource> SearchCursor<'a, S> {
     }
 
     fn run_pass(&mut self) -> io::Result<()> {
-        if self.emitted >= self.params.max_results {
+        // A single-pass cursor dropped what later passes would start from.
+        if self.emitted >= self.params.max_results || (self.params.single_pass && self.passes > 0) {
             self.phase = Phase::Done;
             return Ok(());
         }
@@ -519,7 +525,9 @@ impl<'a, S: IndexSource> SearchCursor<'a, S> {
         let d = self.source.pq_distance(&self.table, v);
         self.counters.pq_distances += 1;
         if let Some(out) = self.list.insert(v, d) {
-            self.spill.push(out);
+            if !self.params.single_pass {
+                self.spill.push(out);
+            }
         }
     }
 

@@ -556,3 +556,34 @@ fn the_first_pass_keeps_its_best_reranked_rows_for_a_result_cache() {
     let kept_tids: Vec<HeapTid> = kept.iter().take(10).map(|r| r.0).collect();
     assert_eq!(tids, kept_tids);
 }
+
+#[test]
+fn a_single_pass_cursor_explores_the_same_list_and_then_ends() {
+    let mut src = MemorySource::build(1200, 16, 12);
+    let qs = queries(20, 16);
+    let params = SearchParams {
+        list: 30,
+        record_lists: true,
+        ..SearchParams::default()
+    };
+    for qi in 0..20 {
+        let q = row(&qs, 16, qi);
+        let (explored, counters) = {
+            let mut c = SearchCursor::new(&mut src, q, params).unwrap();
+            c.run_first_pass().unwrap();
+            (c.explored(), c.counters())
+        };
+        let single = SearchParams {
+            single_pass: true,
+            ..params
+        };
+        let mut c = SearchCursor::new(&mut src, q, single).unwrap();
+        c.run_first_pass().unwrap();
+        assert_eq!(c.explored(), explored, "query {qi}: same candidate list");
+        assert_eq!(c.counters().hops, counters.hops);
+        // The first pass's k results, then nothing: no later pass runs without the spill.
+        let hits: Vec<SearchHit> = c.by_ref().map(|h| h.unwrap()).collect();
+        assert_eq!(hits.len(), params.k, "query {qi}");
+        assert_eq!(c.passes(), 1);
+    }
+}

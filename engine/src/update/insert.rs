@@ -155,6 +155,7 @@ impl Index {
             entry_list: params.entry_list,
             casr: params.casr_window.map_or(CasrMode::Off, CasrMode::Window),
             record_lists: true,
+            single_pass: true,
             ..SearchParams::default()
         };
         let log = self.log()?;
