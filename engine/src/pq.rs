@@ -354,6 +354,12 @@ impl ProductQuantizer {
     /// Fills `table` for query `q`, reusing its allocation (for per-query reuse in a search
     /// loop). Panics if `q.len() != dim()`.
     pub fn query_table_into(&self, q: &[f32], table: &mut QueryTable) {
+        self.table_under(self.metric, q, table);
+    }
+
+    /// [`ProductQuantizer::query_table_into`] under `metric` instead of the quantizer's own
+    /// (an inner-product index prunes in L2). Panics if `q.len() != dim()`.
+    pub fn table_under(&self, metric: Metric, q: &[f32], table: &mut QueryTable) {
         assert_eq!(
             q.len(),
             self.dim,
@@ -366,7 +372,7 @@ impl ProductQuantizer {
             .resize(self.pq_bytes(), [f32::INFINITY; MAX_CENTROIDS]);
         for (s, (centroids, row)) in self.tables.iter().zip(table.rows.iter_mut()).enumerate() {
             let sub = &q[self.bounds[s]..self.bounds[s + 1]];
-            match self.metric {
+            match metric {
                 Metric::L2 | Metric::Cosine => centroids.squared_distances(sub, row),
                 Metric::InnerProduct => centroids.negative_dots(sub, row),
                 // The sum over subspaces of L1 distances to the centroids is the L1 distance

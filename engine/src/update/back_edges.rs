@@ -130,12 +130,12 @@ impl Index {
     ) -> Vec<(VertexId, f32)> {
         let prune = prune_metric(self.metric());
         vectors.prefetch(current);
-        let from = vectors.get(u).to_vec();
+        vectors.with_table(prune, u);
         let mut list: Vec<(VertexId, f32)> = current
             .iter()
             .copied()
             .filter(|&t| t != u && self.is_live_undeleted(t))
-            .map(|t| (t, vectors.distance_from(prune, &from, t)))
+            .map(|t| (t, vectors.distance(prune, u, t)))
             .collect();
         sort_and_dedup(&mut list);
         list
@@ -165,6 +165,8 @@ impl Index {
                 place(&mut list, (t, d_ut)); // room left by deleted neighbours
                 continue;
             }
+            // `t` is compared with the members of every list it enters.
+            vectors.with_table(prune, t);
             admit(&mut list, (t, d_ut), alpha, max_degree, |a, b| {
                 vectors.distance(prune, a, b)
             });

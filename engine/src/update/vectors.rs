@@ -2,6 +2,7 @@
 
 use crate::distance::Metric;
 use crate::index::Index;
+use crate::pq::QueryTable;
 use crate::VertexId;
 use rustc_hash::FxHashMap as HashMap;
 
@@ -26,12 +27,26 @@ impl Deflated {
     }
 }
 
+/// ADC tables kept at once: the vertex being admitted into lists (one per insert) and the
+/// list owner whose members are being measured; a few more spare rebuilding a table when
+/// tasks alternate between new vertices. One table is `pq_bytes` × 1 KiB.
+const MAX_TABLES: usize = 4;
+
 /// Vectors a prune works with: exact ones the caller adds (an insert: those position seeking
 /// loaded, and the new vector), PQ reconstructions for the rest, each made once.
+///
+/// A vertex compared with many others that have only codes gets an ADC table
+/// ([`VectorCache::with_table`]): admission compares a list's owner with each of its ~R
+/// members, and the new vertex with the members of every list it enters. Reconstructing each
+/// member was the largest part of an insert's CPU (perf of a PostgreSQL backend, 180K
+/// MiniLM: `VectorCache::get` 18%, most of it cache misses on centroids); a table costs one
+/// pass over the codebook and then a lookup per subspace.
 pub(crate) struct VectorCache<'a> {
     index: &'a Index,
     exact: HashMap<VertexId, Vec<f32>>,
     deflated: Deflated,
+    /// Most recently asked for last.
+    tables: Vec<(VertexId, Metric, QueryTable)>,
 }
 
 impl<'a> VectorCache<'a> {
@@ -40,6 +55,7 @@ impl<'a> VectorCache<'a> {
             index,
             exact: HashMap::default(),
             deflated: Deflated::default(),
+            tables: Vec::new(),
         }
     }
 
@@ -54,6 +70,7 @@ impl<'a> VectorCache<'a> {
             index,
             exact: HashMap::default(),
             deflated: std::mem::take(kept),
+            tables: Vec::new(),
         };
         let result = f(&mut cache);
         *kept = cache.deflated;
@@ -97,7 +114,66 @@ impl<'a> VectorCache<'a> {
         }
     }
 
+    /// Builds (once) the ADC table of `id`'s vector under `metric`, so that distances from
+    /// `id` to vertices known only by their codes are table lookups.
+    pub(crate) fn with_table(&mut self, metric: Metric, id: VertexId) {
+        if let Some(at) = self
+            .tables
+            .iter()
+            .position(|(t, m, _)| *t == id && *m == metric)
+        {
+            // Least recently asked for is evicted first.
+            let entry = self.tables.remove(at);
+            self.tables.push(entry);
+            return;
+        }
+        let vector = self.get(id).to_vec();
+        let mut table = match self.tables.len() {
+            n if n >= MAX_TABLES => self.tables.remove(0).2,
+            _ => QueryTable::new(),
+        };
+        self.index.pq().table_under(metric, &vector, &mut table);
+        self.tables.push((id, metric, table));
+    }
+
+    fn table(&self, metric: Metric, id: VertexId) -> Option<&QueryTable> {
+        self.tables
+            .iter()
+            .find(|(t, m, _)| *t == id && *m == metric)
+            .map(|(_, _, table)| table)
+    }
+
+    fn is_stored(&self, id: VertexId) -> bool {
+        self.exact.contains_key(&id) || self.deflated.slot.contains_key(&id)
+    }
+
+    /// The distance from a vertex with a table to `other`: exact when both vectors are at
+    /// hand, else from `other`'s code (the distance to its reconstruction, as before).
+    fn distance_by_table(
+        &mut self,
+        metric: Metric,
+        with_table: VertexId,
+        other: VertexId,
+    ) -> Option<f32> {
+        let table = self.table(metric, with_table)?;
+        if self.is_stored(other) {
+            return None;
+        }
+        Some(match self.index.files().pq_code(other) {
+            Some(code) => table.distance(code),
+            None => f32::INFINITY,
+        })
+    }
+
     pub(crate) fn distance(&mut self, metric: Metric, a: VertexId, b: VertexId) -> f32 {
+        if !self.tables.is_empty() {
+            if let Some(d) = self.distance_by_table(metric, a, b) {
+                return d;
+            }
+            if let Some(d) = self.distance_by_table(metric, b, a) {
+                return d;
+            }
+        }
         self.get(a);
         self.get(b);
         let dim = self.index.dim();
@@ -114,5 +190,89 @@ impl<'a> VectorCache<'a> {
     /// The distance from `from` to `id`'s vector.
     pub(crate) fn distance_from(&mut self, metric: Metric, from: &[f32], id: VertexId) -> f32 {
         metric.search_distance(from, self.get(id))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::index::{build_index, BuildPhase, IndexParams};
+    use crate::storage::HeapTid;
+    use rand::{Rng, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+
+    #[test]
+    fn distances_by_table_match_distances_to_reconstructions() {
+        let (n, dim) = (400, 24);
+        let mut rng = ChaCha8Rng::seed_from_u64(3);
+        let data: Vec<f32> = (0..n * dim).map(|_| rng.gen_range(-1.0..1.0)).collect();
+        let tids: Vec<HeapTid> = (0..n as u32)
+            .map(|i| HeapTid {
+                block: i,
+                offset: 1,
+            })
+            .collect();
+        for metric in [Metric::L2, Metric::InnerProduct, Metric::L1] {
+            let tmp = tempfile::tempdir().unwrap();
+            let params = IndexParams {
+                metric,
+                max_degree: 16,
+                build_list: 32,
+                pq_bytes: Some(6),
+                threads: 1,
+                ..IndexParams::default()
+            };
+            build_index(
+                tmp.path(),
+                &data,
+                &tids,
+                &params,
+                &|_: BuildPhase, _, _| {},
+                &|| false,
+            )
+            .unwrap();
+            let index = Index::open(tmp.path()).unwrap();
+            let prune = crate::graph::vamana::prune_metric(metric);
+            let exact: Vec<f32> = (0..dim).map(|_| rng.gen_range(-1.0..1.0)).collect();
+            let (new, owner) = (n as VertexId + 7, 5);
+
+            let mut plain = VectorCache::new(&index);
+            plain.add_exact(new, &exact);
+            let expected: Vec<(f32, f32)> = (0..n as VertexId)
+                .filter(|&m| m != owner)
+                .map(|m| {
+                    (
+                        plain.distance(prune, new, m),
+                        plain.distance(prune, owner, m),
+                    )
+                })
+                .collect();
+
+            let mut tabled = VectorCache::new(&index);
+            tabled.add_exact(new, &exact);
+            tabled.with_table(prune, new);
+            tabled.with_table(prune, owner);
+            let got: Vec<(f32, f32)> = (0..n as VertexId)
+                .filter(|&m| m != owner)
+                .map(|m| {
+                    (
+                        tabled.distance(prune, m, new),
+                        tabled.distance(prune, owner, m),
+                    )
+                })
+                .collect();
+            assert!(
+                tabled.deflated.slot.len() <= 1,
+                "members were not reconstructed"
+            );
+            for (i, (e, g)) in expected.iter().zip(&got).enumerate() {
+                for (x, y) in [(e.0, g.0), (e.1, g.1)] {
+                    assert!(
+                        (x - y).abs() <= 1e-4 * x.abs().max(1.0),
+                        "{metric:?} member {i}: table {y}, reconstruction {x}"
+                    );
+                }
+            }
+        }
     }
 }
