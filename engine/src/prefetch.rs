@@ -13,6 +13,12 @@ pub fn floats(values: &[f32]) {
     lines(values.as_ptr() as usize, std::mem::size_of_val(values));
 }
 
+/// [`bytes`] for one value.
+#[inline]
+pub fn value<T>(value: &T) {
+    lines(value as *const T as usize, std::mem::size_of::<T>());
+}
+
 #[inline]
 fn lines(start: usize, len: usize) {
     #[cfg(target_arch = "x86_64")]

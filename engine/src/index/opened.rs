@@ -19,7 +19,7 @@ use crate::pq::ProductQuantizer;
 use crate::search::{CasrMode, SearchCursor, SearchHit, SearchParams};
 use crate::segments::SegmentReader;
 use crate::storage::state::Field;
-use crate::storage::{names, IndexFiles, StorageError};
+use crate::storage::{names, IndexFiles, StorageError, FLAG_DELETED, FLAG_LIVE};
 use crate::update::{IndexLog, SideFileLog};
 use crate::VertexId;
 
@@ -190,10 +190,8 @@ impl Index {
 
     /// Published and not lazily deleted.
     pub fn is_live_undeleted(&self, v: VertexId) -> bool {
-        self.files
-            .indirection()
-            .entry(v)
-            .is_some_and(|e| e.is_live() && !e.is_deleted())
+        let flags = self.files.indirection().flags(v);
+        flags & FLAG_LIVE != 0 && flags & FLAG_DELETED == 0
     }
 
     pub(crate) fn pq(&self) -> &ProductQuantizer {

@@ -299,6 +299,23 @@ impl IndirectionTable {
         Some(IndirEntry { edge, tid, flags })
     }
 
+    /// `v`'s flags alone (0 for a free or out-of-range id): one load where [`Self::entry`]
+    /// takes two, for callers that only ask whether a vertex is live (each is a cache miss
+    /// when the ids are scattered, as a list's members are).
+    pub fn flags(&self, v: VertexId) -> u16 {
+        if (v as usize) >= self.capacity() {
+            return 0;
+        }
+        decode_edge_word(self.edge_word(v).load(Ordering::Acquire)).1
+    }
+
+    /// Starts loading `v`'s edge word (location and flags) into the CPU cache.
+    pub fn prefetch(&self, v: VertexId) {
+        if (v as usize) < self.capacity() {
+            crate::prefetch::value(self.edge_word(v));
+        }
+    }
+
     /// Publishes a vertex: its TID, then its edge location and flags in one atomic store.
     /// This is the moment the vertex becomes visible to readers.
     pub fn publish(&self, v: VertexId, entry: IndirEntry) -> Result<(), StorageError> {
