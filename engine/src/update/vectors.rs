@@ -8,10 +8,10 @@ use rustc_hash::FxHashMap as HashMap;
 
 /// PQ reconstructions ("deflated" vectors), `dim` floats each, end to end in one buffer.
 ///
-/// An insert into a full neighbourhood reconstructs thousands of vertices (every member of
-/// every list a back-edge is admitted into). One heap vector per reconstruction made the
-/// allocator and its frees about 5% of an inserting backend's CPU; one buffer is a few
-/// allocations per insert.
+/// Reconstructed are the vertices compared without a table on either side: the candidates of
+/// the new vertex's own prune (about 100 per insert), list owners, and a repair's pool. One heap
+/// vector per reconstruction made the allocator and its frees about 5% of an inserting
+/// backend's CPU when every list member was reconstructed; one buffer is a few allocations.
 #[derive(Debug, Default)]
 pub(crate) struct Deflated {
     slot: HashMap<VertexId, u32>,
