@@ -5,8 +5,9 @@
 //! get one extra dimension) and each subspace is replaced by the index of its nearest of up
 //! to 256 centroids. Traversal ranks candidates by asymmetric distance (ADC): per query, a
 //! [`QueryTable`] holds the distance from each query subvector to each centroid, and a code's
-//! distance is the sum of `pq_bytes` table lookups. Insert pruning uses [`reconstruct`]ed
-//! ("deflated") vectors where the exact vector was not loaded.
+//! distance is the sum of `pq_bytes` table lookups. Inserts build the same tables for the
+//! vertices whose lists they admit into ([`ProductQuantizer::table_under`]) and prune with
+//! [`reconstruct`]ed ("deflated") vectors where the exact vector was not loaded.
 //!
 //! Distances approximate [`Metric::search_distance`]: squared L2 for `L2` and `Cosine` (cosine
 //! indexes store unit vectors, so the caller trains and encodes normalised vectors), negative

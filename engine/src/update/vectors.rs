@@ -100,9 +100,8 @@ impl<'a> VectorCache<'a> {
     /// `id`'s exact vector if the caller added it, else its reconstruction (made once). A
     /// vertex without a code (freed) reconstructs as infinities.
     pub(crate) fn get(&mut self, id: VertexId) -> &[f32] {
-        let dim = self.index.dim();
-        if !self.exact.contains_key(&id) && !self.deflated.slot.contains_key(&id) {
-            let index = self.index;
+        if self.stored(id).is_none() {
+            let (index, dim) = (self.index, self.index.dim());
             let at = self.deflated.data.len();
             self.deflated.data.resize(at + dim, f32::INFINITY);
             if let Some(code) = index.files().pq_code(id) {
@@ -113,20 +112,21 @@ impl<'a> VectorCache<'a> {
             let slot = u32::try_from(at / dim).expect("fewer than 2^32 reconstructions");
             self.deflated.slot.insert(id, slot);
         }
-        match self.exact.get(&id) {
-            Some(v) => v,
-            None => self.deflated.get(id, dim).expect("made above"),
-        }
+        self.stored(id).expect("made above")
+    }
+
+    /// `id`'s exact vector or its reconstruction, if either is at hand.
+    fn stored(&self, id: VertexId) -> Option<&[f32]> {
+        self.exact
+            .get(&id)
+            .map(Vec::as_slice)
+            .or_else(|| self.deflated.get(id, self.index.dim()))
     }
 
     /// Builds (once) the ADC table of `id`'s vector under `metric`, so that distances from
     /// `id` to vertices known only by their codes are table lookups.
     pub(crate) fn with_table(&mut self, metric: Metric, id: VertexId) {
-        if let Some(at) = self
-            .tables
-            .iter()
-            .position(|(t, m, _)| *t == id && *m == metric)
-        {
+        if let Some(at) = self.table_position(metric, id) {
             // Least recently asked for is evicted first.
             let entry = self.tables.remove(at);
             self.tables.push(entry);
@@ -141,27 +141,22 @@ impl<'a> VectorCache<'a> {
         self.tables.push((id, metric, table));
     }
 
-    fn table(&self, metric: Metric, id: VertexId) -> Option<&QueryTable> {
+    fn table_position(&self, metric: Metric, id: VertexId) -> Option<usize> {
         self.tables
             .iter()
-            .find(|(t, m, _)| *t == id && *m == metric)
-            .map(|(_, _, table)| table)
-    }
-
-    fn is_stored(&self, id: VertexId) -> bool {
-        self.exact.contains_key(&id) || self.deflated.slot.contains_key(&id)
+            .position(|(t, m, _)| *t == id && *m == metric)
     }
 
     /// The distance from a vertex with a table to `other`: exact when both vectors are at
     /// hand, else from `other`'s code (the distance to its reconstruction, as before).
     fn distance_by_table(
-        &mut self,
+        &self,
         metric: Metric,
         with_table: VertexId,
         other: VertexId,
     ) -> Option<f32> {
-        let table = self.table(metric, with_table)?;
-        if self.is_stored(other) {
+        let (_, _, table) = &self.tables[self.table_position(metric, with_table)?];
+        if self.stored(other).is_some() {
             return None;
         }
         Some(match self.index.files().pq_code(other) {
@@ -181,14 +176,7 @@ impl<'a> VectorCache<'a> {
         }
         self.get(a);
         self.get(b);
-        let dim = self.index.dim();
-        let vector = |id| {
-            self.exact
-                .get(&id)
-                .map(Vec::as_slice)
-                .or_else(|| self.deflated.get(id, dim))
-                .expect("made above")
-        };
+        let vector = |id| self.stored(id).expect("made above");
         metric.search_distance(vector(a), vector(b))
     }
 
@@ -241,31 +229,26 @@ mod tests {
             let exact: Vec<f32> = (0..dim).map(|_| rng.gen_range(-1.0..1.0)).collect();
             let (new, owner) = (n as VertexId + 7, 5);
 
+            // From the new vertex and from the owner to every other member; the tabled cache
+            // is asked with the new vertex second, so a table serves either side of a pair.
+            let members = |cache: &mut VectorCache, new_first: bool| -> Vec<(f32, f32)> {
+                (0..n as VertexId)
+                    .filter(|&m| m != owner)
+                    .map(|m| {
+                        let (a, b) = if new_first { (new, m) } else { (m, new) };
+                        (cache.distance(prune, a, b), cache.distance(prune, owner, m))
+                    })
+                    .collect()
+            };
             let mut plain = VectorCache::new(&index);
             plain.add_exact(new, &exact);
-            let expected: Vec<(f32, f32)> = (0..n as VertexId)
-                .filter(|&m| m != owner)
-                .map(|m| {
-                    (
-                        plain.distance(prune, new, m),
-                        plain.distance(prune, owner, m),
-                    )
-                })
-                .collect();
+            let expected = members(&mut plain, true);
 
             let mut tabled = VectorCache::new(&index);
             tabled.add_exact(new, &exact);
             tabled.with_table(prune, new);
             tabled.with_table(prune, owner);
-            let got: Vec<(f32, f32)> = (0..n as VertexId)
-                .filter(|&m| m != owner)
-                .map(|m| {
-                    (
-                        tabled.distance(prune, m, new),
-                        tabled.distance(prune, owner, m),
-                    )
-                })
-                .collect();
+            let got = members(&mut tabled, false);
             assert!(
                 tabled.deflated.slot.len() <= 1,
                 "members were not reconstructed"
