@@ -118,10 +118,10 @@ fn shared_memory_is_ready_when_preloaded() {
 }
 
 #[pg_test]
-fn gucs_have_paper_defaults() {
+fn gucs_have_their_documented_defaults() {
     for (name, value) in [
         ("navis.search_list", "40"),
-        ("navis.insert_list", "100"),
+        ("navis.insert_list", "64"),
         ("navis.beam_width", "4"),
         ("navis.entry_points", "10"),
         ("navis.rerank_top_k", "10"),

@@ -1,14 +1,16 @@
 //! `navis.*` settings for query time and insert time.
 //!
-//! Defaults follow the NAVIS paper (digest §1.9). Build-time parameters are index options
-//! instead (see `options.rs`), because they are fixed once the index exists.
+//! Defaults follow the NAVIS paper (digest §1.9), except `navis.insert_list` (RFC 0009).
+//! Build-time parameters are index options instead (see `options.rs`), because they are fixed
+//! once the index exists.
 
 use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting};
 
 /// `navis.search_list`: |E_search|, candidates kept during a search (paper: 40).
 pub static SEARCH_LIST: GucSetting<i32> = GucSetting::<i32>::new(40);
-/// `navis.insert_list`: |E_pos|, candidates kept while an insert seeks its position (paper: 100).
-pub static INSERT_LIST: GucSetting<i32> = GucSetting::<i32>::new(100);
+/// `navis.insert_list`: |E_pos|, candidates kept while an insert seeks its position. 64, the
+/// list pgvector's ef_construction gives its inserts, not the paper's 100: RFC 0009.
+pub static INSERT_LIST: GucSetting<i32> = GucSetting::<i32>::new(64);
 /// `navis.beam_width`: edge pages read per traversal hop (paper: 4).
 pub static BEAM_WIDTH: GucSetting<i32> = GucSetting::<i32>::new(4);
 /// `navis.entry_points`: search list on the entrance graph, i.e. entry points (paper: 10).
@@ -112,7 +114,7 @@ pub fn register() {
     int(
         c"navis.insert_list",
         c"Size of the candidate list used by a navis insert to find its neighbours (|E_pos|).",
-        c"Larger values improve graph quality and slow inserts. The NAVIS paper uses 100.",
+        c"Larger values improve graph quality and slow inserts. The NAVIS paper uses 100; navis defaults to 64 (RFC 0009).",
         &INSERT_LIST,
         10,
         10_000,

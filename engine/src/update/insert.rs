@@ -62,9 +62,10 @@ pub struct InsertParams {
 }
 
 impl Default for InsertParams {
+    /// `navis.insert_list`'s default: 64, not the paper's 100 (RFC 0009).
     fn default() -> Self {
         InsertParams {
-            list: 100,
+            list: 64,
             beam_width: 4,
             entry_list: 10,
             rerank_k: 10,
