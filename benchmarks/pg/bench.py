@@ -2,7 +2,7 @@
 """navis inside PostgreSQL: load a dataset, CREATE INDEX ... USING navis, measure recall@k and QPS.
 
     bench.py DATA_DIR [--host /tmp/navis-pgbench --port 54340] [--max-degree R] [--build-list L]
-             [--pq-bytes N] [--alpha A] [--lists 20,40,80] [--queries 1000] [--warmup 200]
+             [--pq-bytes N] [--alpha A] [--lists 20,40,80] [--queries 1000] [--warmup 200] [--prime N]
              [--build-threads 2] [--opclass navis_l2_ops] [--json OUT.json]
              [--system navis|pgvector] [--coltype real|vector] [--hnsw-m 16]
              [--hnsw-ef-construction 64] [--ef-search 40,80,160] [--clients 1]
@@ -323,6 +323,21 @@ def search_client(args, table, index, enc, lst, offset, out, barrier):
     conn.close()
 
 
+def prime(args, table, index, queries, lst):
+    """Untimed queries at the first sweep point, one client: a server that has been answering
+    queries for a while, not one just restarted with its caches dropped (regime b restarts the
+    server inside the memory limit). Both systems get the same queries."""
+    conn = connect(args)
+    with conn.cursor() as cur:
+        for s in search_settings(args, lst):
+            cur.execute(s)
+        sql = f"SELECT id FROM {table} ORDER BY embedding <-> %s LIMIT {args.k}"
+        for e in encode_params(queries, args.coltype):
+            cur.execute(sql, (e,), prepare=True)
+            cur.fetchall()
+    conn.close()
+
+
 def search(args, table, index, queries, gt, lst, clients=1):
     k = args.k
     navis = args.system == "navis"
@@ -438,6 +453,9 @@ def main():
     p.add_argument("--clients", default="1", help="concurrent client counts, e.g. 1,2,4")
     p.add_argument("--queries", type=int, default=1000)
     p.add_argument("--warmup", type=int, default=200)
+    p.add_argument("--prime", type=int, default=0,
+                   help="before the sweep, run up to N untimed queries taken from past the timed "
+                        "ones (query.fbin rows --queries onwards), at the first sweep point")
     p.add_argument("--k", type=int, default=10)
     p.add_argument("--skip-load", action="store_true", help="reuse the table")
     p.add_argument("--skip-build", action="store_true", help="reuse the index")
@@ -453,6 +471,9 @@ def main():
     base = read_fbin(os.path.join(args.data, "base.fbin"))
     queries = read_fbin(os.path.join(args.data, "query.fbin"))
     gt = read_gt(os.path.join(args.data, "gt100.bin"))
+    # Priming queries come from past the timed ones, so priming never warms the pages of the
+    # exact queries that are then timed.
+    priming = queries[args.queries:][: args.prime]
     queries = queries[: max(args.queries, min(args.warmup, len(queries)))]
 
     result = {"dataset": name, "rows": base.shape[0], "dim": base.shape[1], "system": args.system,
@@ -484,6 +505,10 @@ def main():
     rows = []
     params = args.lists if navis else args.ef_search
     pname = "L" if navis else "ef_search"
+    if len(priming):
+        prime(args, table, index, priming, int(params.split(",")[0]))
+        print(f"{name}: primed with {len(priming)} queries outside the timed set", file=sys.stderr)
+        result["primed_queries"] = len(priming)
     for clients in (int(x) for x in args.clients.split(",")):
         for lst in (int(x) for x in params.split(",")):
             r = search(args, table, index, queries, gt, lst, clients)

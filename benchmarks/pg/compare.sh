@@ -5,7 +5,8 @@
 #
 # Runs, on one cluster and the same rows for both systems:
 #   1. search only: bench.py sweeps (navis.search_list LISTS, hnsw.ef_search EFS) with 1 and 2
-#      clients, after WARMUP queries per point;
+#      clients, after PRIME untimed queries from outside the timed set (once per system, so the
+#      first point is not measured on caches a restart just emptied) and WARMUP queries per point;
 #   2. inserts with concurrent searches: inserts.py, BASE rows built, INSERT rows inserted in
 #      batches of BATCH by WRITERS sessions while SEARCHERS sessions search, recall after each
 #      batch;
@@ -20,7 +21,7 @@
 #
 # Environment: BASE (dataset rows minus INSERT), INSERT (10% of the rows, at most 20000), BATCH,
 # WRITERS (2), SEARCHERS (2), LISTS (20,40,80,160), EFS (20,40,80,160), QUERIES (1000), WARMUP
-# (200), LIMIT_MB, CACHE_MB, HNSW_M (16), HNSW_EFC (64), NAVIS_BUILD_LIST (the index's build_list,
+# (200), PRIME (1000, capped by the queries past QUERIES: 0 when query.fbin has no more), LIMIT_MB, CACHE_MB, HNSW_M (16), HNSW_EFC (64), NAVIS_BUILD_LIST (the index's build_list,
 # its default when unset), SKIP_INSERTS=1 (builds and searches
 # only, for the largest sets), MWM (maintenance_work_mem for both builds, 2GB; 1M x 384 needs 4GB),
 # WINDOW=1 (sliding window: each insert batch also deletes the oldest BATCH rows and runs VACUUM;
@@ -56,7 +57,7 @@ BASE=${BASE:-$(( ROWS - INSERT ))}
 BATCH=${BATCH:-$(( INSERT / 4 ))}
 WRITERS=${WRITERS:-2} SEARCHERS=${SEARCHERS:-2}
 LISTS=${LISTS:-20,40,80,160} EFS=${EFS:-20,40,80,160}
-QUERIES=${QUERIES:-1000} WARMUP=${WARMUP:-200}
+QUERIES=${QUERIES:-1000} WARMUP=${WARMUP:-200} PRIME=${PRIME:-1000}
 LIMIT_MB=${LIMIT_MB:-384} CACHE_MB=${CACHE_MB:-64}
 HNSW_M=${HNSW_M:-16} HNSW_EFC=${HNSW_EFC:-64} MWM=${MWM:-2GB} PERF=${PERF:-0} NAVIS_BUILD_LIST=${NAVIS_BUILD_LIST:-}
 mkdir -p "$OUT"
@@ -143,7 +144,7 @@ for s in "${systems[@]}"; do
   # shellcheck disable=SC2046
   "$PY" "$HERE/bench.py" "$D" "${common[@]}" $(sysargs "$s") --skip-load --skip-build \
       --lists "$LISTS" --ef-search "$EFS" --clients 1,2 --queries "$QUERIES" --warmup "$WARMUP" \
-      --json "$OUT/search-$s.json" >"$OUT/search-$s.md"
+      --prime "$PRIME" --json "$OUT/search-$s.json" >"$OUT/search-$s.md"
   echo "   search $s done  $(uptime)"
   perf_stop search "$s"
 done
