@@ -323,7 +323,7 @@ def search_client(args, table, index, enc, lst, offset, out, barrier):
     conn.close()
 
 
-def prime(args, table, index, queries, lst):
+def prime(args, table, queries, lst):
     """Untimed queries at the first sweep point, one client: a server that has been answering
     queries for a while, not one just restarted with its caches dropped (regime b restarts the
     server inside the memory limit). Both systems get the same queries."""
@@ -506,7 +506,7 @@ def main():
     params = args.lists if navis else args.ef_search
     pname = "L" if navis else "ef_search"
     if len(priming):
-        prime(args, table, index, priming, int(params.split(",")[0]))
+        prime(args, table, priming, int(params.split(",")[0]))
         print(f"{name}: primed with {len(priming)} queries outside the timed set", file=sys.stderr)
         result["primed_queries"] = len(priming)
     for clients in (int(x) for x in args.clients.split(",")):
