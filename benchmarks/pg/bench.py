@@ -302,6 +302,8 @@ def search_client(args, table, index, enc, lst, offset, out, barrier):
             cur.execute(sql, (enc[(offset + i) % nq],), prepare=True)
             cur.fetchall()
         n = min(args.queries, nq)
+        # With --fresh-points each client's slice holds its warm-up and then its timed queries.
+        first = offset + (args.warmup if args.fresh_points else 0)
         found, lat = [], []
         before = after = None
         if args.system == "navis":
@@ -310,7 +312,7 @@ def search_client(args, table, index, enc, lst, offset, out, barrier):
         barrier.wait()
         t_all = time.perf_counter()
         for i in range(n):
-            q = (offset + i) % nq
+            q = (first + i) % nq
             t0 = time.perf_counter()
             cur.execute(sql, (enc[q],), prepare=True)
             found.append((q, [r[0] for r in cur.fetchall()]))
@@ -453,6 +455,9 @@ def main():
     p.add_argument("--clients", default="1", help="concurrent client counts, e.g. 1,2,4")
     p.add_argument("--queries", type=int, default=1000)
     p.add_argument("--warmup", type=int, default=200)
+    p.add_argument("--fresh-points", action="store_true",
+                   help="give every sweep point its own warm-up and timed queries (needs "
+                        "clients x (warmup + queries) per point in query.fbin)")
     p.add_argument("--prime", type=int, default=0,
                    help="before the sweep, run up to N untimed queries taken from past the timed "
                         "ones (query.fbin rows --queries onwards), at the first sweep point")
@@ -471,10 +476,24 @@ def main():
     base = read_fbin(os.path.join(args.data, "base.fbin"))
     queries = read_fbin(os.path.join(args.data, "query.fbin"))
     gt = read_gt(os.path.join(args.data, "gt100.bin"))
+    points = [(int(c), int(x)) for c in args.clients.split(",")
+              for x in (args.lists if navis else args.ef_search).split(",")]
+    if args.fresh_points:
+        # Each point warms up and times its own queries, so no point re-reads pages an earlier
+        # point read moments before (a cache below the guest serves those faster).
+        sizes = [c * (args.warmup + args.queries) for c, _ in points]
+        if sum(sizes) > len(queries):
+            sys.exit(f"--fresh-points needs {sum(sizes)} queries for {len(points)} points, "
+                     f"query.fbin has {len(queries)}")
+        starts = np.cumsum([0] + sizes)
+        slices = [(starts[i], starts[i + 1]) for i in range(len(points))]
+        used = int(starts[-1])
+    else:
+        used = args.queries
+        slices = [(0, max(args.queries, min(args.warmup, len(queries))))] * len(points)
     # Priming queries come from past the timed ones, so priming never warms the pages of the
     # exact queries that are then timed.
-    priming = queries[args.queries:][: args.prime]
-    queries = queries[: max(args.queries, min(args.warmup, len(queries)))]
+    priming = queries[used:][: args.prime]
 
     result = {"dataset": name, "rows": base.shape[0], "dim": base.shape[1], "system": args.system,
               "coltype": args.coltype, "opclass": args.opclass}
@@ -509,12 +528,11 @@ def main():
         prime(args, table, priming, int(params.split(",")[0]))
         print(f"{name}: primed with {len(priming)} queries outside the timed set", file=sys.stderr)
         result["primed_queries"] = len(priming)
-    for clients in (int(x) for x in args.clients.split(",")):
-        for lst in (int(x) for x in params.split(",")):
-            r = search(args, table, index, queries, gt, lst, clients)
-            rows.append(r)
-            print(f"{name}: {pname}={lst} clients={clients} recall@{args.k} {r['recall']:.4f}"
-                  f" QPS {r['qps']:.0f}", file=sys.stderr)
+    for (clients, lst), (a, b) in zip(points, slices):
+        r = search(args, table, index, queries[a:b], gt[a:b], lst, clients)
+        rows.append(r)
+        print(f"{name}: {pname}={lst} clients={clients} recall@{args.k} {r['recall']:.4f}"
+              f" QPS {r['qps']:.0f}", file=sys.stderr)
     result["search"] = rows
 
     b = result.get("build")

@@ -21,7 +21,8 @@
 #
 # Environment: BASE (dataset rows minus INSERT), INSERT (10% of the rows, at most 20000), BATCH,
 # WRITERS (2), SEARCHERS (2), LISTS (20,40,80,160), EFS (20,40,80,160), QUERIES (1000), WARMUP
-# (200), PRIME (1000, capped by the queries past QUERIES: 0 when query.fbin has no more), LIMIT_MB, CACHE_MB, HNSW_M (16), HNSW_EFC (64), NAVIS_BUILD_LIST (the index's build_list,
+# (200), PRIME (1000, capped by the queries past QUERIES: 0 when query.fbin has no more),
+# FRESH_POINTS=1 (every sweep point warms up and times its own queries: Fashion-MNIST only), LIMIT_MB, CACHE_MB, HNSW_M (16), HNSW_EFC (64), NAVIS_BUILD_LIST (the index's build_list,
 # its default when unset), SKIP_INSERTS=1 (builds and searches
 # only, for the largest sets), MWM (maintenance_work_mem for both builds, 2GB; 1M x 384 needs 4GB),
 # WINDOW=1 (sliding window: each insert batch also deletes the oldest BATCH rows and runs VACUUM;
@@ -144,7 +145,8 @@ for s in "${systems[@]}"; do
   # shellcheck disable=SC2046
   "$PY" "$HERE/bench.py" "$D" "${common[@]}" $(sysargs "$s") --skip-load --skip-build \
       --lists "$LISTS" --ef-search "$EFS" --clients 1,2 --queries "$QUERIES" --warmup "$WARMUP" \
-      --prime "$PRIME" --json "$OUT/search-$s.json" >"$OUT/search-$s.md"
+      --prime "$PRIME" $([ "${FRESH_POINTS:-0}" = 1 ] && echo --fresh-points) \
+      --json "$OUT/search-$s.json" >"$OUT/search-$s.md"
   echo "   search $s done  $(uptime)"
   perf_stop search "$s"
 done
