@@ -19,7 +19,7 @@ use crate::pq::ProductQuantizer;
 use crate::search::{CasrMode, SearchCursor, SearchHit, SearchParams};
 use crate::segments::SegmentReader;
 use crate::storage::state::Field;
-use crate::storage::{names, IndexFiles, StorageError, FLAG_DELETED, FLAG_LIVE};
+use crate::storage::{names, IndexFiles, StorageError};
 use crate::update::{IndexLog, SideFileLog};
 use crate::VertexId;
 
@@ -190,8 +190,7 @@ impl Index {
 
     /// Published and not lazily deleted.
     pub fn is_live_undeleted(&self, v: VertexId) -> bool {
-        let flags = self.files.indirection().flags(v);
-        flags & FLAG_LIVE != 0 && flags & FLAG_DELETED == 0
+        self.files.indirection().is_live_undeleted(v)
     }
 
     pub(crate) fn pq(&self) -> &ProductQuantizer {

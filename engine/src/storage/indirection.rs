@@ -85,6 +85,10 @@ impl IndirEntry {
     }
 }
 
+fn live_undeleted(flags: u16) -> bool {
+    flags & FLAG_LIVE != 0 && flags & FLAG_DELETED == 0
+}
+
 pub(crate) fn encode_edge_word(edge: EdgeLocation, flags: u16) -> u64 {
     edge.page as u64 | (edge.slot as u64) << 32 | (flags as u64) << 48
 }
@@ -299,14 +303,13 @@ impl IndirectionTable {
         Some(IndirEntry { edge, tid, flags })
     }
 
-    /// `v`'s flags alone (0 for a free or out-of-range id): one load where [`Self::entry`]
-    /// takes two, for callers that only ask whether a vertex is live (each is a cache miss
-    /// when the ids are scattered, as a list's members are).
-    pub fn flags(&self, v: VertexId) -> u16 {
-        if (v as usize) >= self.capacity() {
-            return 0;
-        }
-        decode_edge_word(self.edge_word(v).load(Ordering::Acquire)).1
+    /// Whether `v` is published and not lazily deleted (false for a free or out-of-range id):
+    /// [`IndirEntry::is_live`] and not [`IndirEntry::is_deleted`] from the edge word alone, one
+    /// load where [`Self::entry`] takes two (each is a cache miss when the ids are scattered, as
+    /// a list's members are).
+    pub fn is_live_undeleted(&self, v: VertexId) -> bool {
+        (v as usize) < self.capacity()
+            && live_undeleted(decode_edge_word(self.edge_word(v).load(Ordering::Acquire)).1)
     }
 
     /// Starts loading `v`'s edge word (location and flags) into the CPU cache.
@@ -363,8 +366,7 @@ impl IndirectionTable {
         let word = self.edge_word(v);
         let mut current = word.load(Ordering::Acquire);
         loop {
-            let (_, flags) = decode_edge_word(current);
-            if flags & FLAG_LIVE == 0 || flags & FLAG_DELETED != 0 {
+            if !live_undeleted(decode_edge_word(current).1) {
                 return Ok(true);
             }
             match word.compare_exchange_weak(
@@ -435,8 +437,12 @@ mod tests {
         table
             .publish(1025, entry(u32::MAX - 1, 65535, 1025))
             .unwrap();
+        assert!(table.is_live_undeleted(0) && table.is_live_undeleted(1025));
+        assert!(!table.is_live_undeleted(5), "never published");
+        assert!(!table.is_live_undeleted(4096), "beyond the capacity");
         assert!(!table.mark_deleted(1025).unwrap());
         assert!(table.mark_deleted(1025).unwrap());
+        assert!(!table.is_live_undeleted(1025), "lazily deleted");
         let old = table
             .relocate_edges(0, EdgeLocation { page: 9, slot: 1 })
             .unwrap();
@@ -477,6 +483,7 @@ mod tests {
         // Releasing frees the id and keeps the free-list link in the TID word.
         table.release(3000, 42).unwrap();
         assert_eq!(other.entry(3000), None);
+        assert!(!other.is_live_undeleted(3000), "released");
         assert_eq!(other.free_link(3000).unwrap(), 42);
         assert!(
             table.mark_deleted(3000).unwrap(),

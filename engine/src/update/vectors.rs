@@ -9,9 +9,10 @@ use rustc_hash::FxHashMap as HashMap;
 /// PQ reconstructions ("deflated" vectors), `dim` floats each, end to end in one buffer.
 ///
 /// Reconstructed are the vertices compared without a table on either side: the candidates of
-/// the new vertex's own prune (about 100 per insert), list owners, and a repair's pool. One heap
-/// vector per reconstruction made the allocator and its frees about 5% of an inserting
-/// backend's CPU when every list member was reconstructed; one buffer is a few allocations.
+/// the new vertex's own prune (about `navis.insert_list` per insert), list owners, and a
+/// repair's pool. One heap vector per reconstruction made the allocator and its frees about 5%
+/// of an inserting backend's CPU when every list member was reconstructed; one buffer is a few
+/// allocations.
 #[derive(Debug, Default)]
 pub(crate) struct Deflated {
     slot: HashMap<VertexId, u32>,
