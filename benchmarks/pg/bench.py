@@ -280,6 +280,11 @@ def search_settings(args, param):
     return [f"SET navis.search_list = {param}", f"SET navis.casr_warmup = {args.warmup}"]
 
 
+def knn_sql(table, k):
+    """The query every search here times: the k nearest rows, through the index."""
+    return f"SELECT id FROM {table} ORDER BY embedding <-> %s LIMIT {k}"
+
+
 def search_client(args, table, index, enc, lst, offset, out, barrier):
     """One connection: warm-up, then the timed queries starting at offset; appends
     (found ids per query, latencies, start, end, navis counters before, after) to out. navis's
@@ -289,7 +294,7 @@ def search_client(args, table, index, enc, lst, offset, out, barrier):
     with conn.cursor() as cur:
         for s in search_settings(args, lst):
             cur.execute(s)
-        sql = f"SELECT id FROM {table} ORDER BY embedding <-> %s LIMIT {k}"
+        sql = knn_sql(table, k)
         if offset == 0:
             cur.execute("EXPLAIN (COSTS OFF) " + sql, (enc[0],))
             plan = "\n".join(r[0] for r in cur.fetchall())
@@ -333,7 +338,7 @@ def prime(args, table, queries, lst):
     with conn.cursor() as cur:
         for s in search_settings(args, lst):
             cur.execute(s)
-        sql = f"SELECT id FROM {table} ORDER BY embedding <-> %s LIMIT {args.k}"
+        sql = knn_sql(table, args.k)
         for e in encode_params(queries, args.coltype):
             cur.execute(sql, (e,), prepare=True)
             cur.fetchall()
@@ -522,10 +527,9 @@ def main():
     conn.close()
 
     rows = []
-    params = args.lists if navis else args.ef_search
     pname = "L" if navis else "ef_search"
     if len(priming):
-        prime(args, table, priming, int(params.split(",")[0]))
+        prime(args, table, priming, points[0][1])
         print(f"{name}: primed with {len(priming)} queries outside the timed set", file=sys.stderr)
         result["primed_queries"] = len(priming)
     for (clients, lst), (a, b) in zip(points, slices):

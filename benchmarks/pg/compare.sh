@@ -22,8 +22,10 @@
 # Environment: BASE (dataset rows minus INSERT), INSERT (10% of the rows, at most 20000), BATCH,
 # WRITERS (2), SEARCHERS (2), LISTS (20,40,80,160), EFS (20,40,80,160), QUERIES (1000), WARMUP
 # (200), PRIME (1000, capped by the queries past QUERIES: 0 when query.fbin has no more),
-# FRESH_POINTS=1 (every sweep point warms up and times its own queries: Fashion-MNIST only), LIMIT_MB, CACHE_MB, HNSW_M (16), HNSW_EFC (64), NAVIS_BUILD_LIST (the index's build_list,
-# its default when unset), SKIP_INSERTS=1 (builds and searches
+# FRESH_POINTS=1 (every sweep point warms up on and times its own queries; needs clients x
+# (WARMUP + QUERIES) queries per point: Fashion-MNIST's 10,000 at the defaults, MiniLM's 1,000
+# with e.g. QUERIES=100 WARMUP=25), LIMIT_MB, CACHE_MB, HNSW_M (16), HNSW_EFC (64),
+# NAVIS_BUILD_LIST (the index's build_list, its default when unset), SKIP_INSERTS=1 (builds and searches
 # only, for the largest sets), MWM (maintenance_work_mem for both builds, 2GB; 1M x 384 needs 4GB),
 # WINDOW=1 (sliding window: each insert batch also deletes the oldest BATCH rows and runs VACUUM;
 # OUT and the plot names get a "-window" suffix), PERF=1 (a system-wide `perf record`
