@@ -644,6 +644,7 @@ source pg_test/cluster_result_cache.sh
 source pg_test/cluster_lios.sh
 source pg_test/cluster_lios_stress.sh
 source pg_test/cluster_upgrade.sh
+source pg_test/cluster_read_ahead.sh
 
 # The cluster tests use two test-only SQL functions (src/test_functions.rs) as well.
 export PATH="${HOME:-/root}/.cargo/bin:$PATH"

@@ -25,6 +25,7 @@ mod options;
 mod pglog;
 mod pgstore;
 mod pgvector;
+mod read_ahead;
 mod regrow;
 mod relstore;
 mod result_cache;

@@ -15,6 +15,7 @@ use crate::errors::raise;
 use crate::guc;
 use crate::io_stats;
 use crate::open::{open_index, OpenIndex};
+use crate::read_ahead::ReadAhead;
 use crate::runtime;
 use crate::scan_cache::{self, Admission, Lookup, ServedRows};
 use navis_engine::cache::Caller;
@@ -44,6 +45,8 @@ struct Running {
     reported: io_stats::Reported,
     /// A missed result-cache lookup: admit the first pass's rows once it has run.
     admission: Option<Admission>,
+    /// How far the queued rows' heap and TOAST pages were read ahead of the executor.
+    read_ahead: ReadAhead,
 }
 
 impl Drop for Running {
@@ -289,6 +292,7 @@ fn start(
         failed: false,
         reported: io_stats::Reported::default(),
         admission,
+        read_ahead: ReadAhead::default(),
     }
 }
 
@@ -355,12 +359,16 @@ pub unsafe extern "C-unwind" fn amgettuple(
         let started = guc::LIOS.get().then(std::time::Instant::now);
         // SAFETY: the scan's index relation, open for the whole scan.
         let stalls = crate::lios_stalls::SearchStalls::new(unsafe { (*scan).indexRelation }, &open);
-        let next = match stalls {
+        let filled = match stalls {
             Some(mut work) => {
-                navis_engine::io_wait::with_stall_work(&mut work, || cursor.next_hit())
+                navis_engine::io_wait::with_stall_work(&mut work, || cursor.fill_queue())
             }
-            None => cursor.next_hit(),
+            None => cursor.fill_queue(),
         };
+        let next = filled.and_then(|()| {
+            run.read_ahead.top_up(scan, cursor.queued());
+            cursor.next_hit()
+        });
         let hit = match next {
             Ok(h) => h,
             Err(e) => {
@@ -394,6 +402,7 @@ pub unsafe extern "C-unwind" fn amgettuple(
             }
         }
         let Some(hit) = hit else { return false };
+        run.read_ahead.took_one();
         if let Some(served) = &state.served {
             if !served.admits(hit.tid, hit.distance) {
                 continue; // returned from the cache, or closer than a row it returned

@@ -1,6 +1,6 @@
 -- Versions and upgrades (issue 16 part 4): a database on navis 0.1.0 (the install script of the
 -- release, sql/navis--0.1.0.sql) keeps working with the current module, ALTER EXTENSION navis
--- UPDATE (0.1.0 -> 0.2.0 -> 0.3.0 -> 0.4.0 -> 0.5.0) brings its catalog to exactly what CREATE EXTENSION navis
+-- UPDATE (0.1.0 -> 0.2.0 -> 0.3.0 -> 0.4.0 -> 0.5.0 -> 0.6.0) brings its catalog to exactly what CREATE EXTENSION navis
 -- gives, and its indexes need no REINDEX (the current module reads the 0.1.0 on-disk layout).
 CREATE EXTENSION navis VERSION '0.1.0';
 SELECT extversion FROM pg_extension WHERE extname = 'navis';

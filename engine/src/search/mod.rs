@@ -465,10 +465,23 @@ impl<'a, S: IndexSource> SearchCursor<'a, S> {
 
     /// The next hit, running another pass when the current one is used up.
     pub fn next_hit(&mut self) -> io::Result<Option<SearchHit>> {
+        self.fill_queue()?;
+        Ok(self.pending.pop_front())
+    }
+
+    /// Runs passes until a hit is queued or the search is exhausted, so that the caller can
+    /// look at what [`SearchCursor::next_hit`] will return next ([`SearchCursor::queued`]).
+    pub fn fill_queue(&mut self) -> io::Result<()> {
         while self.pending.is_empty() && self.phase != Phase::Done {
             self.run_pass()?;
         }
-        Ok(self.pending.pop_front())
+        Ok(())
+    }
+
+    /// The hits queued for [`SearchCursor::next_hit`], in the order it returns them: the
+    /// scan reads their heap rows ahead of the executor.
+    pub fn queued(&self) -> impl ExactSizeIterator<Item = &SearchHit> {
+        self.pending.iter()
     }
 
     fn run_pass(&mut self) -> io::Result<()> {

@@ -323,6 +323,47 @@ fn cursor_resumes_in_distance_order_past_the_list() {
 }
 
 #[test]
+fn queued_hits_are_the_ones_next_hit_returns() {
+    let mut src = MemorySource::build(1200, 16, 9);
+    let q = row(&queries(1, 16), 16, 0).to_vec();
+    let params = SearchParams {
+        list: 40,
+        k: 10,
+        casr: CasrMode::Window(4),
+        sequential_page_cost: f64::INFINITY,
+        ..SearchParams::default()
+    };
+    let mut peeking = SearchCursor::new(&mut src, &q, params).unwrap();
+    assert_eq!(
+        peeking.queued().len(),
+        0,
+        "nothing runs before it is asked to"
+    );
+    let mut seen = Vec::new();
+    let mut refills = 0;
+    while seen.len() < 200 {
+        peeking.fill_queue().unwrap();
+        let ahead: Vec<SearchHit> = peeking.queued().copied().collect();
+        assert!(
+            !ahead.is_empty(),
+            "a 1,200-row index is not exhausted at 200"
+        );
+        refills += 1;
+        for expected in ahead {
+            let hit = peeking.next_hit().unwrap().expect("queued");
+            assert_eq!((hit.id, hit.tid), (expected.id, expected.tid));
+            seen.push(hit);
+        }
+    }
+    assert!(refills > 1, "the first pass and at least one resumed pass");
+    // Peeking changes nothing: a cursor that never peeked returns the same hits.
+    let mut plain = SearchCursor::new(&mut src, &q, params).unwrap();
+    let direct = plain.next_batch(seen.len()).unwrap();
+    let ids = |h: &[SearchHit]| h.iter().map(|h| h.id).collect::<Vec<_>>();
+    assert_eq!(ids(&seen), ids(&direct));
+}
+
+#[test]
 fn cursor_exhausts_a_small_index() {
     let mut src = MemorySource::build(150, 8, 10);
     let q = row(&queries(1, 8), 8, 0).to_vec();
