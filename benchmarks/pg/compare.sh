@@ -34,6 +34,8 @@
 # FIO (1 in regime b, 0 in a: fio's random-read ceiling measured by benchmarks/device/fio_ceiling.sh
 # at the start of this run, into OUT/device.json, against which the summary puts the device reads;
 # 0 uses the committed benchmarks/results/device.json),
+# SYSTEMS (navis,pgvector when pgvector is installed; e.g. SYSTEMS=navis for one side only, with
+# PGOPTIONS="-c ..." for the sessions' settings),
 # OUT (benchmarks/data/compare/DATASET-REGIME). The plots are also copied to
 # benchmarks/results/compare/DATASET-<plot>-REGIME.png for the committed reports.
 # pgvector must be installed in /usr/lib/postgresql/15 (built from source, never committed);
@@ -87,6 +89,20 @@ source "$HERE/memlimit.sh"
 have_pgvector=0
 [ -f /usr/share/postgresql/15/extension/vector.control ] && have_pgvector=1
 systems=(navis); [ $have_pgvector = 1 ] && systems+=(pgvector)
+if [ -n "${SYSTEMS:-}" ]; then   # e.g. SYSTEMS=navis: one system's side of a comparison
+  read -ra systems <<<"${SYSTEMS//,/ }"
+  # an earlier run's files of a system left out would enter this run's summary
+  for s in navis pgvector; do
+    [[ " ${systems[*]} " == *" $s "* ]] || rm -f "$OUT"/*-"$s".*
+  done
+  for s in "${systems[@]}"; do
+    case $s in
+      navis) ;;
+      pgvector) [ $have_pgvector = 1 ] || { echo "compare.sh: SYSTEMS names pgvector, which is not installed" >&2; exit 1; } ;;
+      *) echo "compare.sh: SYSTEMS: unknown system '$s' (navis, pgvector)" >&2; exit 1 ;;
+    esac
+  done
+fi
 
 shared_buffers=1GB; [ "$REGIME" = b ] && shared_buffers=64MB
 cluster_start "$CDIR" "$PORT" "shared_preload_libraries = 'navis'" "shared_buffers = $shared_buffers" \
@@ -183,7 +199,7 @@ PYEOF
 }
 navis_list=$(point navis)
 window_flag=(); [ "$WINDOW" = 1 ] && window_flag=(--window)
-pgv_ef=""; [ $have_pgvector = 1 ] && pgv_ef=$(point pgvector)
+pgv_ef=""; [[ " ${systems[*]} " == *" pgvector "* ]] && pgv_ef=$(point pgvector)
 for s in "${systems[@]}"; do
   # shellcheck disable=SC2046
   "$PY" "$HERE/inserts.py" "$D" "${common[@]}" $(sysargs "$s") --base "$BASE" --insert 0 \
