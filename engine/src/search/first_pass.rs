@@ -99,8 +99,8 @@ impl<S: IndexSource> SearchCursor<'_, S> {
         };
         let k = self.pass_k.min(sorted.len()).max(1);
         let window = match policy {
-            RerankPolicy::Window(w) => w,
-            RerankPolicy::All => 0,
+            RerankPolicy::Window(w) if self.params.read_rerank_tail => w,
+            _ => 0,
         };
         let source = &mut *self.source;
         let loaded = &mut self.loaded;

@@ -216,6 +216,11 @@ pub struct SearchParams {
     /// that fall off the list are dropped instead of kept for passes that will never run
     /// (pushing each into the spill's heap was part of an insert's position seeking).
     pub single_pass: bool,
+    /// A CASR batch that would leave at most w / 2 candidates behind reads them too, saving
+    /// the round trip one more change of the top-K would cost out of memory. Position seeking
+    /// turns it off: there every loaded vector enters the insert's pool as an exact distance
+    /// instead of a reconstructed one, so it would change the graph inserts build.
+    pub read_rerank_tail: bool,
 }
 
 impl Default for SearchParams {
@@ -239,6 +244,7 @@ impl Default for SearchParams {
             state_may_lag: false,
             keep_ranked: 0,
             single_pass: false,
+            read_rerank_tail: true,
         }
     }
 }

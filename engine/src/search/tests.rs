@@ -323,6 +323,54 @@ fn cursor_resumes_in_distance_order_past_the_list() {
 }
 
 #[test]
+fn a_short_rerank_tail_is_read_with_the_batch_before_it() {
+    // L = 16, K = 10, w = 5: CASR's first batch is 15 vectors; whenever the top-K changes
+    // after position 10 the 16th follows alone. Reading it with the first batch saves that
+    // batch and returns the same hits.
+    let mut src = MemorySource::build(1500, 16, 7);
+    let dim = src.dim;
+    let qs = queries(40, dim);
+    let with_tail = SearchParams {
+        list: 16,
+        k: 10,
+        casr: CasrMode::Window(5),
+        single_pass: true,
+        ..SearchParams::default()
+    };
+    let without = SearchParams {
+        read_rerank_tail: false,
+        ..with_tail
+    };
+    let (mut tail_total, mut plain_total) = (SearchCounters::default(), SearchCounters::default());
+    for qi in 0..40 {
+        let q = row(&qs, dim, qi);
+        let (a, ca) = search(&mut src, q, with_tail).unwrap();
+        let (b, cb) = search(&mut src, q, without).unwrap();
+        assert_eq!(
+            a, b,
+            "query {qi}: the tail changes which vectors are read, not the hits"
+        );
+        assert!(ca.read_batches <= cb.read_batches, "query {qi}");
+        assert!(
+            ca.rerank_vector_loads >= cb.rerank_vector_loads,
+            "query {qi}"
+        );
+        assert!(
+            ca.rerank_vector_loads <= cb.rerank_vector_loads + 2,
+            "at most w / 2 more"
+        );
+        tail_total.merge(&ca);
+        plain_total.merge(&cb);
+    }
+    assert!(
+        tail_total.read_batches < plain_total.read_batches,
+        "some query asked for the 16th alone: {} batches with the tail, {} without",
+        tail_total.read_batches,
+        plain_total.read_batches
+    );
+}
+
+#[test]
 fn queued_hits_are_the_ones_next_hit_returns() {
     let mut src = MemorySource::build(1200, 16, 9);
     let q = row(&queries(1, 16), 16, 0).to_vec();

@@ -156,6 +156,7 @@ impl Index {
             entry_list: params.entry_list,
             casr: params.casr_window.map_or(CasrMode::Off, CasrMode::Window),
             record_lists: true,
+            read_rerank_tail: false,
             single_pass: true,
             ..SearchParams::default()
         };
