@@ -10,7 +10,8 @@
 //! those reads were 0.45 ms of a 1.1 ms query (`pg_stat_database.blk_read_time`), about 7
 //! TOAST page reads per query, more than navis's own search waited for.
 //!
-//! The cursor knows the rows it will return before the executor asks (a pass queues a batch).
+//! The cursor knows the rows it will return before the executor asks (a pass queues a batch),
+//! and so does a result-cache hit (its cached rows).
 //! [`ReadAhead`] starts the reads of all of them at once with `PrefetchBuffer` (the
 //! `posix_fadvise` PostgreSQL's bitmap heap scans issue): first the heap pages, then, for a
 //! TOASTed column, the TOAST pages, found through the TOAST index without reading them. The
@@ -24,7 +25,6 @@
 //! probes find every TOAST page in shared buffers. SERIALIZABLE transactions skip the TOAST
 //! step: visiting rows the executor may never fetch would take predicate locks on them.
 
-use navis_engine::search::SearchHit;
 use navis_engine::storage::HeapTid;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -79,10 +79,10 @@ pub struct ReadAhead {
 impl ReadAhead {
     /// Before the executor takes its next row: when less than half a window of the queued
     /// rows was read ahead, reads ahead the rest of the window.
-    pub fn top_up<'h>(
+    pub fn top_up(
         &mut self,
         scan: pg_sys::IndexScanDesc,
-        queued: impl ExactSizeIterator<Item = &'h SearchHit>,
+        queued: impl ExactSizeIterator<Item = HeapTid>,
     ) {
         // SAFETY: reading a PostgreSQL GUC variable in a backend.
         if unsafe { pg_sys::effective_io_concurrency } == 0 {
@@ -96,7 +96,6 @@ impl ReadAhead {
         let tids: Vec<HeapTid> = queued
             .skip(self.ahead)
             .take(ROWS_AHEAD - self.ahead)
-            .map(|h| h.tid)
             .collect();
         self.ahead += tids.len();
         read_ahead(scan, &tids);

@@ -76,6 +76,8 @@ struct ScanState {
     running: Option<Running>,
     /// A result-cache hit being returned, before any search runs.
     served: Option<ServedRows>,
+    /// How far the hit's rows were read ahead of the executor.
+    served_ahead: ReadAhead,
     /// What a fall-through from `served` starts its search with.
     deferred: Option<(Rc<OpenIndex>, Vec<f32>)>,
 }
@@ -95,6 +97,7 @@ pub unsafe extern "C-unwind" fn ambeginscan(
         metric: crate::am::index_metric(index),
         running: None,
         served: None,
+        served_ahead: ReadAhead::default(),
         deferred: None,
     };
     let ptr = PgMemoryContexts::CurrentMemoryContext.leak_and_drop_on_delete(state);
@@ -140,6 +143,7 @@ pub unsafe extern "C-unwind" fn amrescan(
     let state = state_of(scan);
     state.running = None;
     state.served = None;
+    state.served_ahead = ReadAhead::default();
     state.deferred = None;
     // SAFETY: orderByData has numberOfOrderBys entries.
     let (n_orderbys, index) = unsafe { ((*scan).numberOfOrderBys, (*scan).indexRelation) };
@@ -331,7 +335,9 @@ pub unsafe extern "C-unwind" fn amgettuple(
     let metric = state.metric;
     if let Some(served) = state.served.as_mut() {
         if served.returned() < max_scan_tuples() {
+            state.served_ahead.top_up(scan, served.upcoming());
             if let Some((tid, distance)) = served.next_cached() {
+                state.served_ahead.took_one();
                 set_tuple(scan, metric, tid, distance);
                 return true;
             }
@@ -366,7 +372,7 @@ pub unsafe extern "C-unwind" fn amgettuple(
             None => cursor.fill_queue(),
         };
         let next = filled.and_then(|()| {
-            run.read_ahead.top_up(scan, cursor.queued());
+            run.read_ahead.top_up(scan, cursor.queued().map(|h| h.tid));
             cursor.next_hit()
         });
         let hit = match next {

@@ -40,6 +40,11 @@ impl ServedRows {
         Some(row)
     }
 
+    /// The heap TIDs of the cached rows not returned yet, in the order they will be.
+    pub fn upcoming(&self) -> impl ExactSizeIterator<Item = HeapTid> + '_ {
+        self.rows[self.next..].iter().map(|r| r.0)
+    }
+
     /// Rows returned from the cache so far.
     pub fn returned(&self) -> u64 {
         self.next as u64

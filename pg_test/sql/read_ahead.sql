@@ -61,6 +61,14 @@ SELECT cardinality(ra_knn(5, 10)) AS serializable_rows;
 COMMIT;
 SELECT ra_stat('toast_values') + ra_stat('toast_steps_skipped') = :toast_before AS no_toast_step_when_serializable,
        ra_stat('rows') >= :rows_before + 10 AS heap_rows_read_ahead;
+-- a result-cache hit's rows are read ahead too
+SET navis.result_cache = on;
+SELECT cardinality(ra_knn(25, 10)) AS miss_rows;
+SELECT ra_stat('rows') AS rows_before \gset
+SELECT cardinality(ra_knn(25, 10)) AS hit_rows;
+SELECT ra_stat('rows') - :rows_before >= 10 AS hit_rows_read_ahead,
+       (SELECT value FROM navis_result_cache_stats WHERE name = 'hits_equality') >= 1 AS answered_from_the_cache;
+RESET navis.result_cache;
 -- small vectors are never out of line: the TOAST step finds nothing and backs off
 CREATE TABLE small (id int PRIMARY KEY, v real[]);
 INSERT INTO small SELECT i, ARRAY[sin(i), cos(i), i % 7]::real[] FROM generate_series(1, 500) i;
