@@ -91,16 +91,16 @@ have_pgvector=0
 systems=(navis); [ $have_pgvector = 1 ] && systems+=(pgvector)
 if [ -n "${SYSTEMS:-}" ]; then   # e.g. SYSTEMS=navis: one system's side of a comparison
   read -ra systems <<<"${SYSTEMS//,/ }"
-  # an earlier run's files of a system left out would enter this run's summary
-  for s in navis pgvector; do
-    [[ " ${systems[*]} " == *" $s "* ]] || rm -f "$OUT"/*-"$s".*
-  done
   for s in "${systems[@]}"; do
     case $s in
       navis) ;;
       pgvector) [ $have_pgvector = 1 ] || { echo "compare.sh: SYSTEMS names pgvector, which is not installed" >&2; exit 1; } ;;
       *) echo "compare.sh: SYSTEMS: unknown system '$s' (navis, pgvector)" >&2; exit 1 ;;
     esac
+  done
+  # an earlier run's files of a system left out would enter this run's summary
+  for s in navis pgvector; do
+    [[ " ${systems[*]} " == *" $s "* ]] || rm -f "$OUT"/*-"$s".*
   done
 fi
 

@@ -291,18 +291,23 @@ fn ablations_give_sensible_recall() {
     assert!(c_co.edge_pages_read < c_e.edge_pages_read);
 }
 
+/// L = 40, K = 10, CASR window 4, graph passes only (on these small indexes an exhaustive
+/// round would be cheaper and take over).
+fn resumable_params() -> SearchParams {
+    SearchParams {
+        list: 40,
+        k: 10,
+        casr: CasrMode::Window(4),
+        sequential_page_cost: f64::INFINITY,
+        ..SearchParams::default()
+    }
+}
+
 #[test]
 fn cursor_resumes_in_distance_order_past_the_list() {
     let mut src = MemorySource::build(1200, 16, 9);
     let q = row(&queries(1, 16), 16, 0).to_vec();
-    let params = SearchParams {
-        list: 40,
-        k: 10,
-        casr: CasrMode::Window(4),
-        // Graph passes only: on this small index an exhaustive round would be cheaper.
-        sequential_page_cost: f64::INFINITY,
-        ..SearchParams::default()
-    };
+    let params = resumable_params();
     let mut cursor = SearchCursor::new(&mut src, &q, params).unwrap();
     let hits = cursor.next_batch(300).unwrap();
     assert_eq!(hits.len(), 300, "resumed passes go well past L = 40");
@@ -374,13 +379,7 @@ fn a_short_rerank_tail_is_read_with_the_batch_before_it() {
 fn queued_hits_are_the_ones_next_hit_returns() {
     let mut src = MemorySource::build(1200, 16, 9);
     let q = row(&queries(1, 16), 16, 0).to_vec();
-    let params = SearchParams {
-        list: 40,
-        k: 10,
-        casr: CasrMode::Window(4),
-        sequential_page_cost: f64::INFINITY,
-        ..SearchParams::default()
-    };
+    let params = resumable_params();
     let mut peeking = SearchCursor::new(&mut src, &q, params).unwrap();
     assert_eq!(
         peeking.queued().len(),
