@@ -296,7 +296,7 @@ test_kill9_during_inserts() {
   load_fmnist k9 1 2000
   sql -c "CREATE INDEX k9_v ON k9 USING navis (v) WITH (max_degree = 32, build_list = 64)"
   rm -f "$DIR"/k9-acked-*.log
-  local cycle k pids total_acked=0
+  local cycle k pids total_acked=0 worst_missing=0
   for cycle in 0 1 2 3 4; do
     pids=()
     for k in 0 1 2 3 4 5 6 7; do
@@ -321,19 +321,42 @@ test_kill9_during_inserts() {
     local lost; lost=$(val "SELECT count(*) FROM (VALUES $ids) a(lo), generate_series(a.lo, a.lo + 9) i
         WHERE NOT EXISTS (SELECT 1 FROM k9 WHERE id = i)")
     [ "$lost" = 0 ] || { fail kill9_during_inserts "cycle $cycle: $lost acknowledged rows are not in the table"; return; }
-    local missing; missing=$(val "SET navis.search_list = 400; SET enable_seqscan = off;
-        SELECT count(*) FROM (VALUES $ids) a(lo), generate_series(a.lo, a.lo + 9) i
-        WHERE i % 4 = 0 AND NOT EXISTS (SELECT 1 FROM (SELECT id FROM k9 ORDER BY v <-> (SELECT v FROM fm_src WHERE id = i) LIMIT 1) n WHERE n.id = i)" | tail -1)
-    # (every 4th acknowledged row; at most 2 hard-to-reach points, as a fresh build misses)
-    [ "$missing" -le 2 ] || { fail kill9_during_inserts "cycle $cycle: $missing acknowledged rows not found by a k=1 self-scan"; return; }
+    # The index holds every row of the table: an unbounded scan in relaxed order returns
+    # every row an index holds, once.
+    local in_index; in_index=$(val "SET enable_seqscan = off; SET navis.iterative_scan = relaxed_order;
+        SELECT count(DISTINCT id) FROM (SELECT id FROM k9 ORDER BY v <-> (SELECT v FROM fm_src WHERE id = 1)) s" | tail -1)
+    local in_table; in_table=$(val "SELECT count(*) FROM k9")
+    [ "$in_index" = "$in_table" ] || { fail kill9_during_inserts "cycle $cycle: an unbounded index scan returned $in_index of the table's $in_table rows"; return; }
+    # Every 4th acknowledged row is looked up by its own vector with a bounded search
+    # (L = 400); a row it misses must be returned by an unbounded scan. The misses themselves
+    # are graph quality, not durability: rows an index grew by inserts can be hard to reach
+    # (at the default insert list of 64, 2-3 of ~1,000 here after 5 growth cycles, 0-1 at 100,
+    # 0 for a fresh build of the same rows; RFC 0009), so they get a loose bound here and the
+    # tight one after VACUUM, which gives such vertices their back-edges again.
+    local missed; missed=$(val "SET navis.search_list = 400; SET enable_seqscan = off;
+        SELECT i FROM (VALUES $ids) a(lo), generate_series(a.lo, a.lo + 9) i
+        WHERE i % 4 = 0 AND NOT EXISTS (SELECT 1 FROM (SELECT id FROM k9 ORDER BY v <-> (SELECT v FROM fm_src WHERE id = i) LIMIT 1) n WHERE n.id = i)" | sed 1,2d)
+    local checked=$((total_acked / 4)) missing=0 i
+    for i in $missed; do
+      missing=$((missing + 1))
+      [ "$(val "SET enable_seqscan = off; SET navis.iterative_scan = relaxed_order;
+          SELECT count(*) FROM (SELECT id FROM k9 ORDER BY v <-> (SELECT v FROM fm_src WHERE id = $i)) s WHERE id = $i" | tail -1)" = 1 ] ||
+        { fail kill9_during_inserts "cycle $cycle: acknowledged row $i is not in the index (an unbounded scan does not return it)"; return; }
+    done
+    [ $((missing * 100)) -le "$checked" ] || { fail kill9_during_inserts "cycle $cycle: $missing of $checked acknowledged rows not found by a k=1 self-scan at L = 400"; return; }
+    worst_missing=$((missing > worst_missing ? missing : worst_missing))
     local ghosts; ghosts=$(val "SET enable_seqscan = off; SELECT count(*) FROM fm_src s,
         LATERAL (SELECT id FROM k9 ORDER BY v <-> s.v LIMIT 3) n WHERE s.id % 97 = 0 AND s.id > 2000 AND n.id > 100000" | tail -1)
     [ "$ghosts" = 0 ] || { fail kill9_during_inserts "cycle $cycle: scans returned $ghosts rolled-back rows"; return; }
   done
   sql -c "VACUUM k9"
+  local after; after=$(val "SET navis.search_list = 400; SET enable_seqscan = off;
+        SELECT count(*) FROM (VALUES $ids) a(lo), generate_series(a.lo, a.lo + 9) i
+        WHERE i % 4 = 0 AND NOT EXISTS (SELECT 1 FROM (SELECT id FROM k9 ORDER BY v <-> (SELECT v FROM fm_src WHERE id = i) LIMIT 1) n WHERE n.id = i)" | tail -1)
+  [ "$after" -le 2 ] || { fail kill9_during_inserts "after 5 kills + VACUUM: $after acknowledged rows not found by a k=1 self-scan at L = 400"; return; }
   local verify; verify=$(val "SELECT clean, problems, unreachable, dangling_edges FROM navis_verify('k9_v')")
   [ "$verify" = "t|0|0|0" ] || { fail kill9_during_inserts "navis_verify after 5 kills + VACUUM: $verify"; return; }
-  echo "ok       kill9_during_inserts (5 cycles of kill -9 during 8 inserting sessions; $total_acked acknowledged rows all in the table and found by k=1 self-scans (every 4th checked each cycle), no rolled-back row returned; verify clean after VACUUM)"
+  echo "ok       kill9_during_inserts (5 cycles of kill -9 during 8 inserting sessions; $total_acked acknowledged rows all in the table, every row in the index (every 4th checked each cycle: at most $worst_missing missed by a k=1 self-scan at L = 400, each returned by an unbounded scan; $after after VACUUM), no rolled-back row returned; verify clean after VACUUM)"
 }
 
 # pg_basebackup of a cluster with data checksums while 4 sessions insert: the backup verifies
