@@ -11,8 +11,8 @@
 # inserts.py: SEARCHERS sessions search alone for BASELINE seconds (the no-update baseline),
 # then WRITERS sessions insert INSERT rows in batches of BATCH while the searchers go on;
 # recall@10 after each batch and after the final VACUUM; navis_lios_stats over the run.
-# Regime a: shared_buffers 1GB, no limit. The navis.lios setting is set in every session of the run (writers, searchers, and the
-# one that runs VACUUM).
+# Regime a: shared_buffers 1GB, no limit. The navis.lios setting is set in every session of
+# the run (writers, searchers, and the one that runs VACUUM).
 # WINDOW=1 is the delete-plus-VACUUM variant (inserts.py --window): after each batch's inserts,
 # with the searchers still running, the BATCH oldest rows are deleted and the table VACUUMed
 # (with BATCH >= 10% of the rows, the VACUUM consolidates: with LIOS on it hands its list
