@@ -194,6 +194,24 @@ fn chosen_ids(mut chosen: Vec<usize>, candidates: &[(VertexId, f32)]) -> Vec<Ver
     chosen.into_iter().map(|i| candidates[i].0).collect()
 }
 
+/// Tops `chosen` (a prune's result) up to `min_degree` with the closest candidates of
+/// `sorted` (the pool the prune sorted) it left out, closest first: occlusion keeps only what
+/// the chosen neighbours do not stand in for, and a point next to a near-duplicate can lose
+/// every candidate but that one. An inserted vertex's out-neighbours are also where its
+/// back-edges come from, so one left with one or two of them had as few in-edges and lost
+/// those to later re-prunes (RFC 0009's addendum: rows no search for their own vector
+/// found). hnswlib's `keepPrunedConnections` does the same up to the full degree.
+pub fn top_up(chosen: &mut Vec<VertexId>, sorted: &[(VertexId, f32)], min_degree: usize) {
+    for &(id, _) in sorted {
+        if chosen.len() >= min_degree {
+            break;
+        }
+        if !chosen.contains(&id) {
+            chosen.push(id);
+        }
+    }
+}
+
 /// The largest alpha at which `s` occludes `t`, given `d(p, t)` and `d(s, t)`: `t` is
 /// occluded in a round with alpha `a` iff the factor is `>= a`. See the module comment for
 /// the signed case.
@@ -235,6 +253,32 @@ mod tests {
         robust_prune(&mut cands, alpha, r, |a, b| {
             sq(pts[a as usize], pts[b as usize])
         })
+    }
+
+    #[test]
+    fn top_up_adds_the_nearest_candidates_the_prune_left_out() {
+        // A near-duplicate at (0.01, 0) occludes every point to the right of the origin.
+        let pts = [
+            [0.0, 0.0],
+            [0.01, 0.0],
+            [1.0, 0.0],
+            [2.0, 0.0],
+            [3.0, 0.0],
+            [4.0, 0.0],
+        ];
+        let mut cands: Vec<(VertexId, f32)> = (1..pts.len())
+            .map(|i| (i as VertexId, sq(pts[0], pts[i])))
+            .collect();
+        let mut chosen = robust_prune(&mut cands, 1.0, 10, |a, b| {
+            sq(pts[a as usize], pts[b as usize])
+        });
+        assert_eq!(chosen, vec![1]);
+        top_up(&mut chosen, &cands, 3);
+        assert_eq!(chosen, vec![1, 2, 3], "the next nearest, in order");
+        top_up(&mut chosen, &cands, 2);
+        assert_eq!(chosen, vec![1, 2, 3], "never shortens a list");
+        top_up(&mut chosen, &cands, 99);
+        assert_eq!(chosen, vec![1, 2, 3, 4, 5], "at most the pool");
     }
 
     #[test]
