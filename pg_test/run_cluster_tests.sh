@@ -330,9 +330,9 @@ test_kill9_during_inserts() {
     # Every 4th acknowledged row is looked up by its own vector with a bounded search
     # (L = 400); a row it misses must be returned by an unbounded scan. The misses themselves
     # are graph quality, not durability: rows an index grew by inserts can be hard to reach
-    # (at the default insert list of 64, 2-3 of ~1,000 here after 5 growth cycles, 0-1 at 100,
-    # 0 for a fresh build of the same rows; RFC 0009), so they get a loose bound here and the
-    # tight one after VACUUM, which gives such vertices their back-edges again.
+    # (2-3 of ~1,000 here after 5 growth cycles before inserts kept at least 8 out-neighbours,
+    # 0 since; RFC 0009's addendum), so they get a loose bound here and the tight one after
+    # VACUUM, which gives poorly linked vertices their back-edges again.
     local missed; missed=$(val "SET navis.search_list = 400; SET enable_seqscan = off;
         SELECT i FROM (VALUES $ids) a(lo), generate_series(a.lo, a.lo + 9) i
         WHERE i % 4 = 0 AND NOT EXISTS (SELECT 1 FROM (SELECT id FROM k9 ORDER BY v <-> (SELECT v FROM fm_src WHERE id = i) LIMIT 1) n WHERE n.id = i)" | sed 1,2d)
