@@ -6,6 +6,10 @@
 //!
 //!   NAVIS_FASHION=benchmarks/data/fashion-mnist/base.fbin INSERT_LIST=64 \
 //!     cargo test --release -p navis-engine --test grown_reach -- --ignored --nocapture
+//!
+//! Also N0 and N (rows built, rows in all: 2000, 10000), R and BUILD_LIST (32, 64), and
+//! QUERIES (a query.fbin: recall@10 of the grown index at L = 20 and 40, CASR off). Any .fbin
+//! serves, e.g. MiniLM's with N0=20000 N=40000 R=96 BUILD_LIST=96.
 
 use std::sync::Arc;
 
