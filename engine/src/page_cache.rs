@@ -282,7 +282,7 @@ fn all_cached(file: &File, offset: u64, len: usize) -> Option<bool> {
 }
 
 /// Reads `buf.len()` bytes at `offset` (of which `needed` must arrive) from the page cache if
-/// every page of the range is there, without starting any I/O otherwise.
+/// every page of the range is there; with `check_first`, without starting any I/O otherwise.
 /// `check_first`: ask `cachestat(2)` before reading, so that a miss does not start a read
 /// into the page cache. An index that fits in memory skips it: its misses are read through
 /// the page cache anyway, and the check was one of the two system calls of each of an
@@ -345,6 +345,15 @@ mod tests {
 
     #[test]
     fn cached_pages_are_served_and_counted() {
+        serves_cached_pages(false);
+    }
+
+    #[test]
+    fn a_fitting_index_serves_cached_pages_without_asking_first() {
+        serves_cached_pages(true);
+    }
+
+    fn serves_cached_pages(fits: bool) {
         let data: Vec<u8> = (0..16384u32).map(|i| (i % 251) as u8).collect();
         // Just written through the page cache, so cached.
         let (_keep, file) = file_with(&data);
@@ -367,6 +376,7 @@ mod tests {
         let mut twins = vec![&file, &file];
         let mut stats = IoStats::default();
         let mut probe = PageCacheProbe::new(true);
+        probe.set_fits(fits);
         probe.serve(&mut reqs, &mut twins, &mut stats);
         if !probe.is_enabled() {
             // This file system has no RWF_NOWAIT buffered reads: nothing served, nothing lost.

@@ -10,40 +10,23 @@
 //! these vertices keep one or two neighbours, and searches still find them all); the
 //! Fashion-MNIST measurement of the misses themselves is `grown_reach.rs`.
 
-use std::sync::Arc;
+mod grown_common;
 
+use grown_common::{build_relation_index, row_of, tid};
 use navis_engine::dataset::synthetic_clustered;
 use navis_engine::index::{CasrSetting, IndexParams};
-use navis_engine::relation::{build_relation, open_index, StoreLog};
 use navis_engine::search::{CasrMode, SearchParams};
-use navis_engine::storage::HeapTid;
-use navis_engine::store::{FileStore, PageStore};
-use navis_engine::update::{recover, InsertParams, LocalLocks};
+use navis_engine::update::InsertParams;
 use navis_engine::Metric;
 
 const DIM: usize = 16;
 const MAX_DEGREE: usize = 32;
-
-fn tid(row: usize) -> HeapTid {
-    HeapTid {
-        block: row as u32 / 100,
-        offset: (row % 100 + 1) as u16,
-    }
-}
-
-fn row_of(t: HeapTid) -> usize {
-    t.block as usize * 100 + t.offset as usize - 1
-}
 
 #[test]
 fn points_inserted_beside_a_near_duplicate_keep_neighbours_and_are_found() {
     let built = 1000;
     let inserted = 1000; // one beside each built row (7 is prime to 1000)
     let data = synthetic_clustered(built, DIM, 8, 97);
-    let tmp = tempfile::tempdir().unwrap();
-    let fork = tmp.path().join("16800");
-    let store = FileStore::create(&fork).unwrap();
-    let tids: Vec<HeapTid> = (0..built).map(tid).collect();
     let params = IndexParams {
         metric: Metric::L2,
         max_degree: MAX_DEGREE,
@@ -52,12 +35,8 @@ fn points_inserted_beside_a_near_duplicate_keep_neighbours_and_are_found() {
         threads: 2,
         ..IndexParams::default()
     };
-    build_relation(&store, &data, &tids, &params, 11, &|_, _, _| {}, &|| false).unwrap();
-    let store: Arc<dyn PageStore> = Arc::new(store);
-    let index = open_index(Arc::clone(&store), &fork, &tmp.path().join("rt")).unwrap();
-    assert!(index.set_log(Arc::new(StoreLog::open(Arc::clone(&store)).unwrap())));
-    let locks = LocalLocks::new(64);
-    recover(index.files(), &locks, 1).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let (index, locks) = build_relation_index(tmp.path(), "16800", &data, DIM, &params);
 
     // Each new point is a built row moved by a tiny step (a thousandth of a coordinate's
     // spread): its twin is far nearer than anything else.

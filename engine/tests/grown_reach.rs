@@ -11,15 +11,13 @@
 //! QUERIES (a query.fbin: recall@10 of the grown index at L = 20 and 40, CASR off). Any .fbin
 //! serves, e.g. MiniLM's with N0=20000 N=40000 R=96 BUILD_LIST=96.
 
-use std::sync::Arc;
+mod grown_common;
 
+use grown_common::{build_relation_index, row_of, tid};
 use navis_engine::dataset::read_fbin_rows;
 use navis_engine::index::{CasrSetting, Index, IndexParams};
-use navis_engine::relation::{build_relation, open_index, StoreLog};
 use navis_engine::search::{CasrMode, SearchParams};
-use navis_engine::storage::HeapTid;
-use navis_engine::store::{FileStore, PageStore};
-use navis_engine::update::{recover, InsertParams, LocalLocks};
+use navis_engine::update::{InsertParams, LocalLocks};
 use navis_engine::Metric;
 
 fn env(name: &str, default: usize) -> usize {
@@ -29,20 +27,7 @@ fn env(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
-fn tid(row: usize) -> HeapTid {
-    HeapTid {
-        block: row as u32 / 100,
-        offset: (row % 100 + 1) as u16,
-    }
-}
-
-fn row_of(t: HeapTid) -> usize {
-    t.block as usize * 100 + t.offset as usize - 1
-}
-
 fn build(root: &std::path::Path, name: &str, rows: &[f32], dim: usize) -> (Index, LocalLocks) {
-    let n = rows.len() / dim;
-    let tids: Vec<HeapTid> = (0..n).map(tid).collect();
     let params = IndexParams {
         metric: Metric::L2,
         max_degree: env("R", 32),
@@ -50,15 +35,7 @@ fn build(root: &std::path::Path, name: &str, rows: &[f32], dim: usize) -> (Index
         threads: 2,
         ..IndexParams::default()
     };
-    let fork = root.join(name);
-    let store = FileStore::create(&fork).unwrap();
-    build_relation(&store, rows, &tids, &params, 7, &|_, _, _| {}, &|| false).unwrap();
-    let store: Arc<dyn PageStore> = Arc::new(store);
-    let index = open_index(Arc::clone(&store), &fork, &root.join(format!("{name}.rt"))).unwrap();
-    assert!(index.set_log(Arc::new(StoreLog::open(Arc::clone(&store)).unwrap())));
-    let locks = LocalLocks::new(64);
-    recover(index.files(), &locks, 11).unwrap();
-    (index, locks)
+    build_relation_index(root, name, rows, dim, &params)
 }
 
 /// Rows of `checked` whose own vector's k = 1 search at L = 400 returns another row.
