@@ -323,27 +323,26 @@ test_kill9_during_inserts() {
     [ "$lost" = 0 ] || { fail kill9_during_inserts "cycle $cycle: $lost acknowledged rows are not in the table"; return; }
     # The index holds every row of the table: an unbounded scan in relaxed order returns
     # every row an index holds, once.
-    local in_index; in_index=$(val "SET enable_seqscan = off; SET navis.iterative_scan = relaxed_order;
+    local in_index; in_index=$(val "SET enable_seqscan = off; SET navis.iterative_scan = relaxed_order; SET navis.max_scan_tuples = 1000000;
         SELECT count(DISTINCT id) FROM (SELECT id FROM k9 ORDER BY v <-> (SELECT v FROM fm_src WHERE id = 1)) s" | tail -1)
     local in_table; in_table=$(val "SELECT count(*) FROM k9")
     [ "$in_index" = "$in_table" ] || { fail kill9_during_inserts "cycle $cycle: an unbounded index scan returned $in_index of the table's $in_table rows"; return; }
     # Every 4th acknowledged row is looked up by its own vector with a bounded search
     # (L = 400); a row it misses must be returned by an unbounded scan. The misses themselves
-    # are graph quality, not durability: rows an index grew by inserts can be hard to reach
+    # are graph quality, not durability: rows an index grew by inserts were hard to reach
     # (2-3 of ~1,000 here after 5 growth cycles before inserts kept at least 8 out-neighbours,
-    # 0 since; RFC 0009's addendum), so they get a loose bound here and the tight one after
-    # VACUUM, which gives poorly linked vertices their back-edges again.
+    # 0 since; RFC 0009's addendum); at most 2, as a fresh build misses.
     local missed; missed=$(val "SET navis.search_list = 400; SET enable_seqscan = off;
         SELECT i FROM (VALUES $ids) a(lo), generate_series(a.lo, a.lo + 9) i
         WHERE i % 4 = 0 AND NOT EXISTS (SELECT 1 FROM (SELECT id FROM k9 ORDER BY v <-> (SELECT v FROM fm_src WHERE id = i) LIMIT 1) n WHERE n.id = i)" | sed 1,2d)
-    local checked=$((total_acked / 4)) missing=0 i
+    local missing=0 i
     for i in $missed; do
       missing=$((missing + 1))
-      [ "$(val "SET enable_seqscan = off; SET navis.iterative_scan = relaxed_order;
+      [ "$(val "SET enable_seqscan = off; SET navis.iterative_scan = relaxed_order; SET navis.max_scan_tuples = 1000000;
           SELECT count(*) FROM (SELECT id FROM k9 ORDER BY v <-> (SELECT v FROM fm_src WHERE id = $i)) s WHERE id = $i" | tail -1)" = 1 ] ||
         { fail kill9_during_inserts "cycle $cycle: acknowledged row $i is not in the index (an unbounded scan does not return it)"; return; }
     done
-    [ $((missing * 100)) -le "$checked" ] || { fail kill9_during_inserts "cycle $cycle: $missing of $checked acknowledged rows not found by a k=1 self-scan at L = 400"; return; }
+    [ "$missing" -le 2 ] || { fail kill9_during_inserts "cycle $cycle: $missing acknowledged rows not found by a k=1 self-scan at L = 400"; return; }
     worst_missing=$((missing > worst_missing ? missing : worst_missing))
     local ghosts; ghosts=$(val "SET enable_seqscan = off; SELECT count(*) FROM fm_src s,
         LATERAL (SELECT id FROM k9 ORDER BY v <-> s.v LIMIT 3) n WHERE s.id % 97 = 0 AND s.id > 2000 AND n.id > 100000" | tail -1)
