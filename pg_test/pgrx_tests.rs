@@ -122,7 +122,7 @@ fn gucs_have_their_documented_defaults() {
     for (name, value) in [
         ("navis.search_list", "40"),
         ("navis.insert_list", "64"),
-        ("navis.beam_width", "4"),
+        ("navis.beam_width", "0"),
         ("navis.entry_points", "10"),
         ("navis.rerank_top_k", "10"),
         ("navis.casr_percentile_search", "99"),

@@ -4,6 +4,7 @@
 //! Build-time parameters are index options instead (see `options.rs`), because they are fixed
 //! once the index exists.
 
+use navis_engine::search::BeamAdvisor;
 use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting};
 
 /// `navis.search_list`: |E_search|, candidates kept during a search (paper: 40).
@@ -11,8 +12,10 @@ pub static SEARCH_LIST: GucSetting<i32> = GucSetting::<i32>::new(40);
 /// `navis.insert_list`: |E_pos|, candidates kept while an insert seeks its position. 64, the
 /// list pgvector's ef_construction gives its inserts, not the paper's 100: RFC 0009.
 pub static INSERT_LIST: GucSetting<i32> = GucSetting::<i32>::new(64);
-/// `navis.beam_width`: edge pages read per traversal hop (paper: 4).
-pub static BEAM_WIDTH: GucSetting<i32> = GucSetting::<i32>::new(4);
+/// `navis.beam_width`: edge pages read per traversal hop; 0 chooses ([`beam_width`]).
+pub static BEAM_WIDTH: GucSetting<i32> = GucSetting::<i32>::new(0);
+/// The beam `navis.beam_width = 0` uses while reads wait on the device: the paper's 4.
+pub const DEVICE_BEAM_WIDTH: usize = 4;
 /// `navis.entry_points`: search list on the entrance graph, i.e. entry points (paper: 10).
 pub static ENTRY_POINTS: GucSetting<i32> = GucSetting::<i32>::new(10);
 /// `navis.rerank_top_k`: K whose stability ends a CASR rerank (paper: 10).
@@ -122,9 +125,10 @@ pub fn register() {
     int(
         c"navis.beam_width",
         c"Edge pages read per traversal hop in navis searches and inserts.",
-        c"The NAVIS paper uses 4.",
+        c"0 chooses: 4 (the NAVIS paper's width) while the index's edge pages need device \
+          reads, 1 while they come from memory.",
         &BEAM_WIDTH,
-        1,
+        0,
         64,
     );
     int(
@@ -393,4 +397,13 @@ fn real(
         GucContext::Userset,
         GucFlags::default(),
     );
+}
+
+/// The beam width for a search or insert on an index whose searches `advisor` watched:
+/// `navis.beam_width`, or with 0 the advisor's choice between [`DEVICE_BEAM_WIDTH`] and 1.
+pub fn beam_width(advisor: &BeamAdvisor) -> usize {
+    match BEAM_WIDTH.get() {
+        0 => advisor.width(DEVICE_BEAM_WIDTH),
+        fixed => fixed.max(1) as usize,
+    }
 }

@@ -111,7 +111,7 @@ pub fn insert_row(index: pg_sys::Relation, open: &OpenIndex, vector: &[f32], tid
     };
     let params = InsertParams {
         list,
-        beam_width: guc::BEAM_WIDTH.get().max(1) as usize,
+        beam_width: guc::beam_width(&open.beam),
         entry_list: guc::ENTRY_POINTS.get().max(1) as usize,
         rerank_k: guc::RERANK_TOP_K.get().max(1) as usize,
         casr_window,
@@ -130,6 +130,7 @@ pub fn insert_row(index: pg_sys::Relation, open: &OpenIndex, vector: &[f32], tid
     match outcome {
         Ok(report) => {
             io_stats::report(index, &report.search, &mut io_stats::Reported::default());
+            open.beam.observe(&report.search);
             crate::result_cache::record_insert(index, open, tid, vector);
             crate::lios::count(crate::lios::Count::Deferred, report.back_edges_deferred);
             if report.back_edges_deferred > 0 {

@@ -20,6 +20,7 @@ use navis_engine::casr::WindowCalibrator;
 use navis_engine::counters::SearchCounters;
 use navis_engine::index::{DiskReader, Index, SpareReader};
 use navis_engine::pages::meta::Meta;
+use navis_engine::search::BeamAdvisor;
 use pgrx::pg_sys;
 use pgrx::PgSqlErrorCode;
 use std::cell::{Cell, RefCell};
@@ -50,6 +51,9 @@ pub struct OpenIndex {
     /// Engine counters summed over this backend's scans of the index.
     pub counters: Mutex<SearchCounters>,
     pub scans: Mutex<u64>,
+    /// Where this backend's searches found the index's edge pages: the beam width of
+    /// `navis.beam_width = 0` ([`crate::guc::beam_width`]).
+    pub beam: BeamAdvisor,
     /// Identity of the relation (tablespace, database, relfilenode) for its allocator lock.
     pub lock_key: u64,
     /// The files, io_uring queue and buffers of this backend's last finished reader, with the
@@ -403,6 +407,7 @@ fn reopen(
         local_calibrators: RefCell::new(HashMap::new()),
         counters: Mutex::new(SearchCounters::default()),
         scans: Mutex::new(0),
+        beam: BeamAdvisor::default(),
         lock_key,
         spare_reader: RefCell::new(None),
     })

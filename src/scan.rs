@@ -52,8 +52,10 @@ struct Running {
 impl Drop for Running {
     fn drop(&mut self) {
         if let Some(cursor) = self.cursor.take() {
+            let counters = cursor.counters();
+            self.open.beam.observe(&counters);
             let mut total = self.open.counters.lock().unwrap();
-            total.merge(&cursor.counters());
+            total.merge(&counters);
             drop(cursor);
         }
         if !self.reader.is_null() {
@@ -228,7 +230,6 @@ fn search_params() -> (SearchParams, bool) {
     let params = SearchParams {
         k: (guc::RERANK_TOP_K.get().max(1) as usize).min(list),
         list,
-        beam_width: guc::BEAM_WIDTH.get().max(1) as usize,
         entry_list: guc::ENTRY_POINTS.get().max(1) as usize,
         casr: CasrMode::Off,
         // What one scan may hold past its first pass, as a sort node may (pgvector bounds its
@@ -252,6 +253,7 @@ fn start(
     returned: u64,
 ) -> Running {
     let (mut params, casr_on) = search_params();
+    params.beam_width = guc::beam_width(&open.beam);
     params.keep_ranked = admission.as_ref().map_or(0, |a| a.keep());
     // The setting's list, before widening: the calibration sample it belongs to.
     let calibration_list = params.list;

@@ -21,6 +21,9 @@ pub struct SearchCounters {
     pub edge_pages_read: u64,
     /// Of `edge_pages_read`, the pages the edge-page cache served (no device read).
     pub edge_page_cache_hits: u64,
+    /// Of the edge pages read from the files (not the edge-page cache), those the kernel's
+    /// page cache served ([`crate::page_cache`]): no device read either.
+    pub edge_pages_from_page_cache: u64,
     /// Edge lists used from a fetched page for vertices that were *not* requested
     /// (same-page neighbours; an optimisation counted apart from the paper's behaviour).
     pub colocated_lists_used: u64,
@@ -81,6 +84,7 @@ impl SearchCounters {
             expanded,
             edge_pages_read,
             edge_page_cache_hits,
+            edge_pages_from_page_cache,
             colocated_lists_used,
             stale_slots,
             rerank_vector_loads,
@@ -107,6 +111,7 @@ impl SearchCounters {
         self.expanded += expanded;
         self.edge_pages_read += edge_pages_read;
         self.edge_page_cache_hits += edge_page_cache_hits;
+        self.edge_pages_from_page_cache += edge_pages_from_page_cache;
         self.colocated_lists_used += colocated_lists_used;
         self.stale_slots += stale_slots;
         self.rerank_vector_loads += rerank_vector_loads;

@@ -9,7 +9,7 @@ use navis_engine::dataset::{brute_force_knn, synthetic_clustered};
 use navis_engine::index::{build_index, CasrSetting, Index, IndexParams};
 use navis_engine::io::{BackendChoice, IoOptions};
 use navis_engine::relation::{build_relation, RelationIndex};
-use navis_engine::search::{CasrMode, SearchHit, SearchParams};
+use navis_engine::search::{BeamAdvisor, CasrMode, SearchHit, SearchParams};
 use navis_engine::storage::HeapTid;
 use navis_engine::store::FileStore;
 use navis_engine::{Metric, VertexId};
@@ -91,8 +91,10 @@ fn relation_search_matches_brute_force_and_the_side_file_layout() {
             let mut reader = rel.reader(options).unwrap();
             let mut hits = Vec::new();
             let mut counters = SearchCounters::default();
+            let beam = BeamAdvisor::default();
             for q in queries.chunks_exact(DIM) {
                 let (h, c) = rel.search(&mut reader, q, p).unwrap();
+                beam.observe(&c);
                 assert!(h.windows(2).all(|w| w[0].distance <= w[1].distance));
                 // every hit carries its own row's TID
                 for hit in &h {
@@ -128,10 +130,26 @@ fn relation_search_matches_brute_force_and_the_side_file_layout() {
                     counters.page_cache_bytes > 0 || !reader.probes_page_cache(),
                     "L={list}: no read served from the page cache"
                 );
+                if reader.probes_page_cache() {
+                    assert!(counters.edge_pages_from_page_cache > 0);
+                }
             } else {
                 assert_eq!(counters.page_cache_bytes, 0);
+                assert_eq!(counters.edge_pages_from_page_cache, 0);
             }
             assert!(counters.page_cache_bytes <= counters.bytes_read);
+            // Edge pages the page cache served are counted apart, and the beam narrows to 1
+            // only when no edge page needed the device (80 queries: plenty to narrow).
+            assert!(counters.edge_pages_from_page_cache <= counters.edge_page_device_reads());
+            let all_from_memory =
+                counters.edge_pages_from_page_cache == counters.edge_page_device_reads();
+            assert_eq!(
+                beam.width(4),
+                if all_from_memory { 1 } else { 4 },
+                "L={list} direct={direct} probe={probe}: {} of {} edge pages from the page cache",
+                counters.edge_pages_from_page_cache,
+                counters.edge_page_device_reads()
+            );
             answers.push(
                 hits.iter()
                     .map(|h| h.iter().map(|x| (x.id, x.distance)).collect())

@@ -7,7 +7,7 @@
 //! navis-bench search --index DIR|FILE --queries Q.fbin --gt GT.bin [--layout side|relation]
 //!                    [--k 10] [--lists 20,40,80,160] [--casr auto|off|W] [--casr-percentile 99]
 //!                    [--warmup N] [--packed] [--no-entrance] [--colocated] [--io-detail]
-//!                    [--threads N] [--limit-queries N]
+//!                    [--threads N] [--limit-queries N] [--beam-width 4]
 //!                    [--cache-mb N [--cache-policy navis|lru|off] [--cache-search-promote N]]
 //! navis-bench casr-sweep --index DIR --queries Q.fbin --gt GT.bin [--k 10] [--lists 40,80,160]
 //!                        [--percentiles 100,99,95,90,80] [--floors 0,15,20] [--warmup 1000]
@@ -294,6 +294,7 @@ fn cmd_search(a: &Args) -> Result<()> {
         packed: a.flag("packed"),
         use_entrance: !a.flag("no-entrance"),
         colocated: a.flag("colocated"),
+        beam_width: a.num("beam-width", SearchParams::default().beam_width)?,
         ..SearchParams::default()
     };
     println!(

@@ -66,11 +66,14 @@
 //! `1.5 × scan_memory` plus about 1 MiB in its exhaustive rounds; nothing grows with the
 //! number of vertices in the index. PostgreSQL passes `work_mem` as `scan_memory`.
 
+mod beam;
 mod candidates;
 mod exhaustive;
 mod first_pass;
 mod iterative;
 mod traverse;
+
+pub use beam::{BeamAdvisor, IN_MEMORY_WIDTH};
 
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::collections::{BTreeSet, VecDeque};

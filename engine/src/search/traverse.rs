@@ -55,9 +55,12 @@ impl<S: IndexSource> SearchCursor<'_, S> {
         self.counters.hops += 1;
         if !pages.is_empty() {
             self.page_buf.resize(pages.len() * page_size, 0);
+            let page_cache_before = self.source.page_cache_bytes();
             let cached = self.source.read_edge_pages(&pages, &mut self.page_buf)?;
             self.counters.edge_pages_read += pages.len() as u64;
             self.counters.edge_page_cache_hits += cached;
+            self.counters.edge_pages_from_page_cache +=
+                (self.source.page_cache_bytes() - page_cache_before) / page_size as u64;
             self.counters.bytes_read += (pages.len() as u64 - cached) * page_size as u64;
             self.counters.read_batches += 1;
         }

@@ -118,6 +118,7 @@ pub fn cmd_search(a: &Args) -> Result<()> {
         packed: a.flag("packed"),
         use_entrance: !a.flag("no-entrance"),
         colocated: a.flag("colocated"),
+        beam_width: a.num("beam-width", SearchParams::default().beam_width)?,
         // The packed-layout emulation reranks what it loaded: no window, as for side files.
         casr: if a.flag("packed") {
             CasrMode::Off
