@@ -20,7 +20,9 @@ CREATE FUNCTION vec(i int) RETURNS real[] LANGUAGE sql IMMUTABLE AS
 INSERT INTO c SELECT i, vec(i) FROM generate_series(1, 3000) i;
 CREATE INDEX c_v ON c USING navis (v) WITH (max_degree = 16, build_list = 32);
 SET enable_seqscan = off;
--- the same 20 searches twice: the second round reads every page from the cache
+-- the same 20 searches twice: the second round reads every page from the cache (with the
+-- beam fixed: the default narrows it once searches find their pages in memory, below)
+SET navis.beam_width = 4;
 SELECT count(*) FROM generate_series(1, 20) g, LATERAL (SELECT id FROM c ORDER BY v <-> vec(g * 97) LIMIT 10) s;
 CREATE TABLE first_round AS
   SELECT edge_pages_read AS pages, edge_page_cache_hits AS hits FROM navis_index_stats('c_v');
@@ -33,6 +35,20 @@ SELECT (SELECT value::bigint FROM navis_cache_stats WHERE name = 'admitted') > 0
        (SELECT value::bigint FROM navis_cache_stats WHERE name = 'search_hits_window')
      + (SELECT value::bigint FROM navis_cache_stats WHERE name = 'search_hits_frozen') > 0 AS search_hits,
        (SELECT value::float8 FROM navis_cache_stats WHERE name = 'search_hit_rate') > 0 AS hit_rate;
+-- navis.beam_width = 0 (the default): these 40 searches found every page in memory (NAVIS-Cache
+-- or the page cache), so the next ones read one edge page per hop; fixed at 4, they read more
+RESET navis.beam_width;
+CREATE TABLE before_narrow AS SELECT hops, edge_pages_read AS pages FROM navis_index_stats('c_v');
+SELECT count(*) FROM generate_series(1, 20) g, LATERAL (SELECT id FROM c ORDER BY v <-> vec(g * 97) LIMIT 10) s;
+CREATE TABLE before_fixed AS SELECT hops, edge_pages_read AS pages FROM navis_index_stats('c_v');
+SET navis.beam_width = 4;
+SELECT count(*) FROM generate_series(1, 20) g, LATERAL (SELECT id FROM c ORDER BY v <-> vec(g * 97) LIMIT 10) s;
+RESET navis.beam_width;
+SELECT f.hops - n.hops = f.pages - n.pages AS narrow_one_page_per_hop,
+       s.pages_per_hop > 1.5 AS fixed_four_pages_per_hop
+  FROM before_narrow n, before_fixed f,
+       LATERAL (SELECT (x.edge_pages_read - f.pages)::float8 / (x.hops - f.hops) AS pages_per_hop
+                FROM navis_index_stats('c_v') x) s;
 -- the view and the function agree, and the function works without the view
 SELECT count(*) = (SELECT count(*) FROM navis_cache_stats()) AS same_rows FROM navis_cache_stats;
 -- dropping an index frees its frames at commit
