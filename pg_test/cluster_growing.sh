@@ -44,7 +44,7 @@ test_grow_from_empty_concurrently() {
   [ "$verify" = "t|0|0" ] || { fail grow_from_empty_concurrently "navis_verify: $verify"; cluster_stop "$sdir"; return; }
   standby_catch_up "$DIR" "$PORT" "$sdir" "$sport" ||
     { fail grow_from_empty_concurrently "standby did not catch up"; cluster_stop "$sdir"; return; }
-  local q="SET navis.casr = off; SET enable_seqscan = off;
+  local q="SET navis.casr = off; SET navis.beam_width = 4; SET enable_seqscan = off;
       SELECT string_agg(n.id::text, ',' ORDER BY q.id, n.rn) FROM (SELECT id, v FROM fm_q LIMIT 50) q
       CROSS JOIN LATERAL (SELECT id, row_number() OVER () AS rn FROM (SELECT id FROM ge ORDER BY v <-> q.v LIMIT 10) s) n"
   local primary standby

@@ -307,7 +307,7 @@ lios_dup_rows() {
 # $3 = exact, by sequential scan: equal when the index returns as many rows as it should and
 # the nearest ones (which of several duplicates it returns does not matter).
 lios_dup_answers() {
-  local plan="SET enable_seqscan = off; SET navis.casr = off;"
+  local plan="SET enable_seqscan = off; SET navis.casr = off; SET navis.beam_width = 4;"
   [ "${4:-}" = exact ] && plan="SET enable_indexscan = off; SET enable_bitmapscan = off;"
   cluster_psql "$1" "$2" -At -v ON_ERROR_STOP=1 -c "$plan
     SELECT string_agg(d, ';' ORDER BY q) FROM (

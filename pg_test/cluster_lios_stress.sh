@@ -103,13 +103,13 @@ test_lios_mixed_load_with_standby() {
     { fail lios_stress "navis_verify after the load and VACUUM: $verify (problems|dangling|unreachable|live), $rows rows ($stats)"; cluster_stop "$LSDIR"; cluster_stop "$LDIR"; return; }
   local exact found matched
   exact=$(lios_stress_answers lsql "SET enable_indexscan = off; SET enable_bitmapscan = off")
-  found=$(lios_stress_answers lsql "SET enable_seqscan = off; SET navis.search_list = 40")
+  found=$(lios_stress_answers lsql "SET enable_seqscan = off; SET navis.search_list = 40; SET navis.beam_width = 4")
   matched=$(comm -12 <(echo "$exact") <(echo "$found") | wc -l)
   [ "$matched" -ge 285 ] ||
     { fail lios_stress "recall@10 after the load: $matched/300 against an exact scan"; cluster_stop "$LSDIR"; cluster_stop "$LDIR"; return; }
   standby_catch_up "$LDIR" "$LPORT" "$LSDIR" "$LSPORT" ||
     { fail lios_stress "standby did not catch up"; cluster_stop "$LSDIR"; cluster_stop "$LDIR"; return; }
-  local on_standby; on_standby=$(lios_stress_answers lios_stress_spsql "SET enable_seqscan = off; SET navis.search_list = 40")
+  local on_standby; on_standby=$(lios_stress_answers lios_stress_spsql "SET enable_seqscan = off; SET navis.search_list = 40; SET navis.beam_width = 4")
   local s_verify; s_verify=$(lios_stress_spsql -c "SELECT problems || '|' || dangling_edges || '|' || unreachable || '|' || (vertices - deleted) FROM navis_verify('ls_v')")
   local s_ran; s_ran=$(lios_stress_spsql -c "SELECT value::bigint FROM navis_lios_stats WHERE name = 'tasks_run_by_searches'")
   cluster_stop "$LSDIR"

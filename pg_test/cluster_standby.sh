@@ -46,14 +46,14 @@ test_standby_scans_while_the_primary_inserts() {
         PERFORM pg_sleep(0.01);
       END LOOP;
       RAISE NOTICE 'runs % bad % first % last %', runs, bad, first, last;
-    END \$\$" -c "SET navis.casr = off" -c "$top10" -c "SELECT string_agg(counter || '=' || value, ' ' ORDER BY counter)
+    END \$\$" -c "SET navis.casr = off; SET navis.beam_width = 4" -c "$top10" -c "SELECT string_agg(counter || '=' || value, ' ' ORDER BY counter)
       FROM navis_index_counters('live_v') WHERE counter LIKE 'standby%'" 2>&1 || true)
   wait "$inserter" || { fail standby_scans_while_the_primary_inserts "the inserting session failed: $(tail -2 "$DIR/live-ins.log")"; cluster_stop "$sdir"; return; }
   local summary; summary=$(grep -o 'runs [0-9]* bad [0-9]* first [0-9]* last [0-9]*' <<<"$out" || true)
   read -r _ runs _ bad _ first _ last <<<"$summary"
   local counters; counters=$(tail -1 <<<"$out")
   local standby_top10; standby_top10=$(tail -2 <<<"$out" | head -1)
-  local primary_top10; primary_top10=$(val "SET navis.casr = off; SET enable_seqscan = off; $top10" | tail -1)
+  local primary_top10; primary_top10=$(val "SET navis.casr = off; SET navis.beam_width = 4; SET enable_seqscan = off; $top10" | tail -1)
   local resyncs; resyncs=$(grep -o 'standby_resyncs=[0-9]*' <<<"$counters" | cut -d= -f2 || true)
   if [ -z "$summary" ] || [ "$bad" != 0 ] || [ "$last" -le "$first" ] || [ "${resyncs:-0}" -lt $((${runs:-0} / 4)) ] ||
      [ "$standby_top10" != "$primary_top10" ]; then

@@ -10,7 +10,7 @@ UNEW_PORT=54352
 # The top-10 ids of 20 queries (CASR off, so the answer is deterministic) on table $3 of the
 # server in $1/$2.
 upgrade_answers() {
-  cluster_psql "$1" "$2" -At -v ON_ERROR_STOP=1 -c "SET navis.casr = off; SET enable_seqscan = off;
+  cluster_psql "$1" "$2" -At -v ON_ERROR_STOP=1 -c "SET navis.casr = off; SET navis.beam_width = 4; SET enable_seqscan = off;
     SELECT string_agg(n.id::text, ',' ORDER BY q.i, n.rn) FROM
       (SELECT i, (SELECT array_agg(cos(i * (0.017 + k * 0.0053) + k)::real ORDER BY k)
                   FROM generate_series(0, $4 - 1) k) AS v FROM generate_series(1, 20) i) q
