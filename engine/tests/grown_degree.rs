@@ -10,14 +10,14 @@
 //! these vertices keep one or two neighbours, and searches still find them all); the
 //! Fashion-MNIST measurement of the misses themselves is `grown_reach.rs`.
 
-mod grown_common;
+mod relation_common;
 
-use grown_common::{build_relation_index, row_of, tid};
 use navis_engine::dataset::synthetic_clustered;
 use navis_engine::index::{CasrSetting, IndexParams};
 use navis_engine::search::{CasrMode, SearchParams};
 use navis_engine::update::InsertParams;
 use navis_engine::Metric;
+use relation_common::{build_relation_index, row_of, tid, OpenedRelation};
 
 const DIM: usize = 16;
 const MAX_DEGREE: usize = 32;
@@ -36,7 +36,8 @@ fn points_inserted_beside_a_near_duplicate_keep_neighbours_and_are_found() {
         ..IndexParams::default()
     };
     let tmp = tempfile::tempdir().unwrap();
-    let (index, locks) = build_relation_index(tmp.path(), "16800", &data, DIM, &params);
+    let OpenedRelation { index, locks, .. } =
+        build_relation_index(tmp.path(), "16800", &data, DIM, 0, &params, 1);
 
     // Each new point is a built row moved by a tiny step (a thousandth of a coordinate's
     // spread): its twin is far nearer than anything else.

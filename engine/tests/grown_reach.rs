@@ -11,21 +11,14 @@
 //! QUERIES (a query.fbin: recall@10 of the grown index at L = 20 and 40, CASR off). Any .fbin
 //! serves, e.g. MiniLM's with N0=20000 N=40000 R=96 BUILD_LIST=96.
 
-mod grown_common;
+mod relation_common;
 
-use grown_common::{build_relation_index, row_of, tid};
 use navis_engine::dataset::read_fbin_rows;
 use navis_engine::index::{CasrSetting, Index, IndexParams};
 use navis_engine::search::{CasrMode, SearchParams};
 use navis_engine::update::{InsertParams, LocalLocks};
 use navis_engine::Metric;
-
-fn env(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
+use relation_common::{build_relation_index, env, row_of, tid};
 
 fn build(root: &std::path::Path, name: &str, rows: &[f32], dim: usize) -> (Index, LocalLocks) {
     let params = IndexParams {
@@ -35,7 +28,8 @@ fn build(root: &std::path::Path, name: &str, rows: &[f32], dim: usize) -> (Index
         threads: 2,
         ..IndexParams::default()
     };
-    build_relation_index(root, name, rows, dim, &params)
+    let opened = build_relation_index(root, name, rows, dim, 0, &params, 1);
+    (opened.index, opened.locks)
 }
 
 /// Rows of `checked` whose own vector's k = 1 search at L = 400 returns another row.

@@ -8,19 +8,14 @@
 //! Sizes are allocated space: edge pages in use plus free ones (no layout hands pages back to
 //! the file system), and the bytes of the side directory or of the relation.
 
+mod relation_common;
 mod space_common;
 
 use navis_engine::dataset::synthetic_clustered;
+use relation_common::env;
 use space_common::{ratios, Fixture, Layout, Size};
 
 const NQ: usize = 100;
-
-fn env(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 struct Shape {
     n: usize,

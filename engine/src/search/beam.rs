@@ -67,7 +67,11 @@ impl BeamAdvisor {
         if counters.edge_pages_read == 0 {
             return;
         }
-        let device = counters.edge_page_device_reads() - counters.edge_pages_from_page_cache;
+        // Saturating: a source whose page-cache byte count ran ahead of the pages it returned
+        // must not wrap this into "everything from the device".
+        let device = counters
+            .edge_page_device_reads()
+            .saturating_sub(counters.edge_pages_from_page_cache);
         let share = device as f32 / counters.edge_pages_read as f32;
         let old = f32::from_bits(self.device_share.load(Ordering::Relaxed));
         let new = old + NEWEST_WEIGHT * (share - old);

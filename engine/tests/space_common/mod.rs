@@ -1,17 +1,18 @@
 //! Shared by the space tests: an index in either layout (side files, or a relation written
-//! through `StoreLog`), its size, and recall@10 against brute force.
+//! through `StoreLog`, built by `relation_common`), its size, and recall@10 against brute force.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use navis_engine::dataset::{brute_force_knn, recall_at_k};
 use navis_engine::index::{build_index, CasrSetting, Index, IndexParams};
-use navis_engine::relation::{build_relation, open_index, StoreLog};
 use navis_engine::search::{CasrMode, SearchParams};
 use navis_engine::storage::{Field, HeapTid};
-use navis_engine::store::{FileStore, PageStore};
+use navis_engine::store::PageStore;
 use navis_engine::update::{recover, InsertParams, LocalLocks};
 use navis_engine::{Metric, VertexId};
+
+use crate::relation_common::{build_relation_index, row_of, tid};
 
 pub const EPOCH: u64 = 11;
 
@@ -34,17 +35,6 @@ pub fn params(max_degree: usize) -> IndexParams {
         threads: 1,
         ..IndexParams::default()
     }
-}
-
-pub fn tid(row: usize) -> HeapTid {
-    HeapTid {
-        block: row as u32 / 100,
-        offset: (row % 100 + 1) as u16,
-    }
-}
-
-pub fn row_of(t: HeapTid) -> usize {
-    t.block as usize * 100 + t.offset as usize - 1
 }
 
 /// An opened index in one layout, with what its size is measured on.
@@ -139,11 +129,10 @@ impl Fixture {
         first: usize,
         max_degree: usize,
     ) -> Fixture {
-        let n = rows.len() / dim;
-        let tids: Vec<HeapTid> = (first..first + n).map(tid).collect();
-        let locks = LocalLocks::new(64);
-        let (index, dir, store) = match layout {
+        match layout {
             Layout::Side => {
+                let n = rows.len() / dim;
+                let tids: Vec<HeapTid> = (first..first + n).map(tid).collect();
                 let dir = root.join(name);
                 build_index(
                     &dir,
@@ -154,35 +143,28 @@ impl Fixture {
                     &|| false,
                 )
                 .unwrap();
-                (Index::open(&dir).unwrap(), dir, None)
+                let index = Index::open(&dir).unwrap();
+                let locks = LocalLocks::new(64);
+                recover(index.files(), &locks, EPOCH).unwrap();
+                Fixture {
+                    index,
+                    locks,
+                    dir,
+                    store: None,
+                    dim,
+                }
             }
             Layout::Relation => {
-                let fork = root.join(name);
-                let store = FileStore::create(&fork).unwrap();
-                build_relation(
-                    &store,
-                    rows,
-                    &tids,
-                    &params(max_degree),
-                    7,
-                    &|_, _, _| {},
-                    &|| false,
-                )
-                .unwrap();
-                let store: Arc<dyn PageStore> = Arc::new(store);
-                let runtime = root.join(format!("{name}.runtime"));
-                let index = open_index(Arc::clone(&store), &fork, &runtime).unwrap();
-                assert!(index.set_log(Arc::new(StoreLog::open(Arc::clone(&store)).unwrap())));
-                (index, fork, Some(store))
+                let opened =
+                    build_relation_index(root, name, rows, dim, first, &params(max_degree), EPOCH);
+                Fixture {
+                    index: opened.index,
+                    locks: opened.locks,
+                    dir: opened.fork,
+                    store: Some(opened.store),
+                    dim,
+                }
             }
-        };
-        recover(index.files(), &locks, EPOCH).unwrap();
-        Fixture {
-            index,
-            locks,
-            dir,
-            store,
-            dim,
         }
     }
 
