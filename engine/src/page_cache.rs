@@ -97,6 +97,12 @@ impl PageCacheProbe {
         self.enabled
     }
 
+    /// Whether misses are read through the page cache: the index fits in memory and probing
+    /// is on.
+    pub(crate) fn fits(&self) -> bool {
+        self.enabled && self.fits
+    }
+
     /// Whether the index this probe reads fits in memory (module documentation).
     pub(crate) fn set_fits(&mut self, fits: bool) {
         self.fits = fits;

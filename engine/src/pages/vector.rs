@@ -21,7 +21,8 @@
 //!
 //! Reads are O_DIRECT in 4 KiB sectors: [`VectorPages::sectors`] gives the aligned covering
 //! range of a slot, which includes any page headers and special spaces it straddles, so a
-//! slot inside one half of a block still costs one 4 KiB read (as in today's flat file). Such
+//! slot inside one half of a block still costs one 4 KiB read (as in today's flat file); reads
+//! through the page cache take each [`VectorPages::pieces`] exactly. Such
 //! a partial read cannot check the page CRC; like today's vector file, slots rely on the owner
 //! stamp (a slot is written before its vertex is published and never rewritten in place while
 //! reachable). Every u32 and f32 field is 4-aligned in the stream and the payload is a

@@ -231,3 +231,39 @@ fn blocks_are_read_across_segments_and_verify() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_fork_that_fits_in_memory_reads_each_slot_as_its_own_bytes() {
+    let dir = temp_dir("exact");
+    let base = dir.join("16390");
+    let (map, geometry, pages, vectors) = scattered_vectors(784, 300);
+    write_segments(&base, RELSEG_BLOCKS, &pages);
+    let probing = IoOptions {
+        probe_page_cache: true,
+        ..options(true)
+    };
+    let mut reader = SegmentReader::open(&base, probing).unwrap();
+    if !reader.is_direct() || !reader.probes_page_cache() {
+        eprintln!("no O_DIRECT here: the buffered case is covered by the other tests");
+        return;
+    }
+    let slot_size = geometry.slot_size();
+    let ids: Vec<u32> = (0..300).rev().collect();
+    let mut out = vec![0u8; ids.len() * slot_size];
+    let bytes = reader
+        .read_vector_slots(&map, &geometry, &ids, &mut out)
+        .unwrap();
+    // A few kilobytes of segment file fit in any machine's memory.
+    assert_eq!(bytes, (ids.len() * slot_size) as u64, "no sector padding");
+    let pieces: usize = ids.iter().map(|&v| geometry.pieces(v).count()).sum();
+    assert_eq!(reader.stats().reads, pieces as u64, "one read per piece");
+    assert!(pieces > ids.len(), "some 784-d slots straddle two pages");
+    for (&v, raw) in ids.iter().zip(out.chunks_exact(slot_size)) {
+        let slot = geometry.layout().parse_slot(raw).unwrap();
+        assert!(slot.is_owned_by(v));
+        let mut back = vec![0f32; 784];
+        slot.copy_vector_into(&mut back);
+        assert_eq!(back, vectors[v as usize], "slot {v}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
