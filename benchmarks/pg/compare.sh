@@ -30,7 +30,8 @@
 # WINDOW=1 (sliding window: each insert batch also deletes the oldest BATCH rows and runs VACUUM;
 # OUT and the plot names get a "-window" suffix), PERF=1 (a system-wide `perf record`
 # over each system's search and insert phases; the server processes' samples by symbol in
-# OUT/perf-{search,inserts}-SYSTEM.txt),
+# OUT/perf-{search,inserts}-SYSTEM.txt; PERF_OPTS replaces perf record's default "-F 499", e.g.
+# "-F 999 --call-graph dwarf" for call graphs),
 # FIO (1 in regime b, 0 in a: fio's random-read ceiling measured by benchmarks/device/fio_ceiling.sh
 # at the start of this run, into OUT/device.json, against which the summary puts the device reads;
 # 0 uses the committed benchmarks/results/device.json),
@@ -121,7 +122,8 @@ sysargs() {  # SYSTEM -> the driver flags that pick it
 perf_start() {  # PHASE SYSTEM: a system-wide profile of one phase when PERF=1
   perf_pid=""
   [ "$PERF" = 1 ] || return 0
-  perf record -a -F 499 -o "$OUT/perf-$1-$2.data" >/dev/null 2>&1 &
+  # shellcheck disable=SC2086  # PERF_OPTS is a list of options
+  perf record -a ${PERF_OPTS:--F 499} -o "$OUT/perf-$1-$2.data" >/dev/null 2>&1 &
   perf_pid=$!
 }
 perf_stop() {  # PHASE SYSTEM: the server processes' samples by symbol, as shares of their own
