@@ -416,6 +416,9 @@ pub unsafe extern "C-unwind" fn ambuild(
     // (REINDEX, TRUNCATE, VACUUM FULL: LIOS tasks queued for the build this one replaces
     // are stale)
     crate::lios::new_build(index, build_id);
+    // The build held the vectors and the graph (up to maintenance_work_mem); the session
+    // lives on after CREATE INDEX (navis_engine::heap).
+    navis_engine::heap::return_freed_memory();
 
     // SAFETY: alloc0 returns a zeroed IndexBuildResult in the current memory context, which
     // is what ambuild must hand back to PostgreSQL.

@@ -217,6 +217,8 @@ fn navis_verify(
         } else {
             open.index.verify().map_err(|e| e.to_string())
         };
+        // The check holds every vertex's list and reachability; give the memory back.
+        navis_engine::heap::return_freed_memory();
         let r = checked.unwrap_or_else(|e| {
             raise(
                 PgSqlErrorCode::ERRCODE_IO_ERROR,

@@ -100,6 +100,9 @@ pub unsafe extern "C-unwind" fn ambulkdelete(
         ),
     }
     regrow::unlock_writers_shared(index);
+    // Bulk delete and consolidation hold per-vertex state for the whole index; the backend
+    // (autovacuum's or a session's) lives on after them.
+    navis_engine::heap::return_freed_memory();
     stats
 }
 
@@ -169,5 +172,8 @@ pub unsafe extern "C-unwind" fn amvacuumcleanup(
         (*stats).estimated_count = false;
     }
     regrow::unlock_writers_shared(index);
+    // Bulk delete and consolidation hold per-vertex state for the whole index; the backend
+    // (autovacuum's or a session's) lives on after them.
+    navis_engine::heap::return_freed_memory();
     stats
 }

@@ -12,6 +12,7 @@ pub mod dataset;
 pub mod distance;
 pub mod entrance;
 pub mod graph;
+pub mod heap;
 pub mod index;
 pub mod io;
 pub mod io_wait;

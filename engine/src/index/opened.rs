@@ -62,27 +62,18 @@ impl Index {
         let dir = dir.as_path();
         let pq = ProductQuantizer::from_bytes(files.pq_codebook())
             .map_err(|e| IndexError::Invalid(format!("{}: bad PQ codebook: {e}", dir.display())))?;
-        let entrance = EntranceGraph::from_bytes(files.entrance())
-            .map_err(|e| IndexError::Invalid(format!("{}: {e}", dir.display())))?;
         let m = files.manifest();
-        if pq.dim() != m.dim as usize || entrance.dim() != m.dim as usize {
+        if pq.dim() != m.dim as usize {
             return Err(IndexError::Invalid(format!(
-                "{}: PQ codebook or entrance graph disagrees with the manifest's dimension {}",
+                "{}: PQ codebook disagrees with the manifest's dimension {}",
                 dir.display(),
                 m.dim
-            )));
-        }
-        if entrance.metric() != m.metric || entrance.ids().iter().any(|&v| v >= m.vertex_count) {
-            return Err(IndexError::Invalid(format!(
-                "{}: entrance graph does not match the manifest's metric or {} vertices",
-                dir.display(),
-                m.vertex_count
             )));
         }
         let epoch = files.state().epoch();
         let (shared, is_shared) = match open_shared_entrance(&files) {
             Some(shared) => (shared, true),
-            None => (private_entrance(&files, entrance)?, false),
+            None => (private_entrance(&files, build_entrance(&files)?)?, false),
         };
         Ok(Index {
             files,
@@ -354,6 +345,25 @@ fn open_shared_entrance(files: &IndexFiles) -> Option<SharedEntrance> {
     let shared = SharedEntrance::open(&files.dir().join(names::ENTRANCE_SHM)).ok()?;
     let m = files.manifest();
     (shared.dim() == m.dim as usize && shared.metric() == m.metric).then_some(shared)
+}
+
+/// The build's entrance graph from its blob, checked against the manifest.
+fn build_entrance(files: &IndexFiles) -> Result<EntranceGraph, IndexError> {
+    let dir = files.dir();
+    let invalid = |e: String| IndexError::Invalid(format!("{}: {e}", dir.display()));
+    let bytes = files.read_entrance()?;
+    let entrance = EntranceGraph::from_bytes(&bytes).map_err(|e| invalid(e.to_string()))?;
+    let m = files.manifest();
+    if entrance.dim() != m.dim as usize
+        || entrance.metric() != m.metric
+        || entrance.ids().iter().any(|&v| v >= m.vertex_count)
+    {
+        return Err(invalid(format!(
+            "entrance graph does not match the manifest's dimension {}, metric or {} vertices",
+            m.dim, m.vertex_count
+        )));
+    }
+    Ok(entrance)
 }
 
 /// A private entrance graph (build plus logged promotions) in an unlinked temporary file,

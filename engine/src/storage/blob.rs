@@ -55,24 +55,8 @@ pub fn decode<'a>(path: &Path, kind: BlobKind, bytes: &'a [u8]) -> Result<&'a [u
             format!("truncated: {} bytes", bytes.len()),
         ));
     }
-    verify_header_prefix(path, bytes, BLOB_MAGIC, 28)?;
-    if read_u32(bytes, 8) != kind as u32 {
-        return Err(StorageError::corrupt(
-            path,
-            format!("does not hold the {}", kind.name()),
-        ));
-    }
-    let len = read_u64(bytes, 16);
     let payload = &bytes[BLOB_HEADER_SIZE..];
-    if payload.len() as u64 != len {
-        return Err(StorageError::corrupt(
-            path,
-            format!(
-                "payload is {} bytes, header says {len} (truncated?)",
-                payload.len()
-            ),
-        ));
-    }
+    check_header(path, kind, bytes, payload.len() as u64)?;
     if read_u32(bytes, 24) != crc32(payload) {
         return Err(StorageError::corrupt(
             path,
@@ -82,10 +66,60 @@ pub fn decode<'a>(path: &Path, kind: BlobKind, bytes: &'a [u8]) -> Result<&'a [u
     Ok(payload)
 }
 
-/// Reads and checks the blob file at `path`.
+/// Reads and checks the blob file at `path`, and returns its payload (in the buffer the file
+/// was read into: a large entrance graph is not held twice).
 pub fn read(path: &Path, kind: BlobKind) -> Result<Vec<u8>, StorageError> {
-    let bytes = std::fs::read(path).map_err(|e| StorageError::io(path, "read", e))?;
-    decode(path, kind, &bytes).map(<[u8]>::to_vec)
+    let mut bytes = std::fs::read(path).map_err(|e| StorageError::io(path, "read", e))?;
+    decode(path, kind, &bytes)?;
+    bytes.drain(..BLOB_HEADER_SIZE);
+    Ok(bytes)
+}
+
+/// Checks the blob file at `path` without reading its payload: the header, the kind, and
+/// that the file is as long as the header says. The payload's checksum is checked when
+/// [`read`] loads it. For blobs an open must find whole but need not load (the entrance
+/// graph, which every backend finds in shared memory once one has built it).
+pub fn check_shape(path: &Path, kind: BlobKind) -> Result<(), StorageError> {
+    use std::io::Read;
+    let mut file = std::fs::File::open(path).map_err(|e| StorageError::io(path, "open", e))?;
+    let len = file
+        .metadata()
+        .map_err(|e| StorageError::io(path, "stat", e))?
+        .len();
+    let mut header = vec![0u8; BLOB_HEADER_SIZE.min(len as usize)];
+    file.read_exact(&mut header)
+        .map_err(|e| StorageError::io(path, "read", e))?;
+    if header.len() < BLOB_HEADER_SIZE {
+        return Err(StorageError::corrupt(
+            path,
+            format!("truncated: {len} bytes"),
+        ));
+    }
+    check_header(path, kind, &header, len - BLOB_HEADER_SIZE as u64)
+}
+
+/// The header checks [`decode`] and [`check_shape`] share; `payload_len` is what follows it.
+fn check_header(
+    path: &Path,
+    kind: BlobKind,
+    header: &[u8],
+    payload_len: u64,
+) -> Result<(), StorageError> {
+    verify_header_prefix(path, header, BLOB_MAGIC, 28)?;
+    if read_u32(header, 8) != kind as u32 {
+        return Err(StorageError::corrupt(
+            path,
+            format!("does not hold the {}", kind.name()),
+        ));
+    }
+    let len = read_u64(header, 16);
+    if payload_len != len {
+        return Err(StorageError::corrupt(
+            path,
+            format!("payload is {payload_len} bytes, header says {len} (truncated?)"),
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -126,5 +160,38 @@ mod tests {
             decode(p, BlobKind::PqCodebook, &versioned),
             Err(StorageError::Version { found: 3, .. })
         ));
+    }
+
+    #[test]
+    fn files_are_read_whole_or_checked_by_shape() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("entrance.bin");
+        let payload: Vec<u8> = (0..5000u32).map(|i| (i * 7) as u8).collect();
+        let file = encode(BlobKind::EntranceGraph, &payload);
+        std::fs::write(&path, &file).unwrap();
+        assert_eq!(read(&path, BlobKind::EntranceGraph).unwrap(), payload);
+        check_shape(&path, BlobKind::EntranceGraph).unwrap();
+        let err = check_shape(&path, BlobKind::PqCodebook)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("does not hold the PQ codebook"), "{err}");
+
+        // A flipped payload byte passes the shape check (it reads no payload) but not a read.
+        let mut flipped = file.clone();
+        flipped[BLOB_HEADER_SIZE + 100] ^= 1;
+        std::fs::write(&path, &flipped).unwrap();
+        check_shape(&path, BlobKind::EntranceGraph).unwrap();
+        let err = read(&path, BlobKind::EntranceGraph)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("checksum"), "{err}");
+
+        for cut in [1, payload.len(), file.len() - 10] {
+            std::fs::write(&path, &file[..file.len() - cut]).unwrap();
+            let err = check_shape(&path, BlobKind::EntranceGraph)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("truncated"), "cut {cut}: {err}");
+        }
     }
 }

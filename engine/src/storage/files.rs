@@ -34,7 +34,6 @@ pub struct IndexFiles {
     pq_codes: MmapRaw,
     pq_file: File,
     pq_codebook: Vec<u8>,
-    entrance: Vec<u8>,
     bulk: Bulk,
     /// The edge-page cache this process reads and writes through, once attached.
     page_cache: std::sync::OnceLock<crate::cache::CacheBinding>,
@@ -117,7 +116,9 @@ impl IndexFiles {
             indirection.capacity(),
         )?;
         let pq_codebook = blob::read(&dir.join(names::PQ_CODEBOOK), BlobKind::PqCodebook)?;
-        let entrance = blob::read(&dir.join(names::ENTRANCE), BlobKind::EntranceGraph)?;
+        // Checked here, loaded only when needed: every backend opens the index, and at 1M
+        // vectors the graph is 16 MB that each would otherwise hold for its lifetime.
+        blob::check_shape(&dir.join(names::ENTRANCE), BlobKind::EntranceGraph)?;
         Ok(IndexFiles {
             dir: dir.to_path_buf(),
             manifest,
@@ -128,7 +129,6 @@ impl IndexFiles {
             pq_codes,
             pq_file,
             pq_codebook,
-            entrance,
             bulk,
             page_cache: std::sync::OnceLock::new(),
         })
@@ -291,9 +291,11 @@ impl IndexFiles {
         &self.pq_codebook
     }
 
-    /// The payload written from `EntranceGraph::to_bytes`.
-    pub fn entrance(&self) -> &[u8] {
-        &self.entrance
+    /// The payload written from `EntranceGraph::to_bytes`: the build's entrance graph, read
+    /// from its file on each call (an open needs it only when no backend has put the graph in
+    /// shared memory yet; searches use [`crate::Index::entrance`]).
+    pub fn read_entrance(&self) -> Result<Vec<u8>, StorageError> {
+        blob::read(&self.dir.join(names::ENTRANCE), BlobKind::EntranceGraph)
     }
 
     /// A sealed edge page numbered `page_no` holding `lists` (owner, neighbours) in slots
@@ -476,5 +478,17 @@ fn map_pq_codes(
         .len(max_vertices(m as usize) * m as usize)
         .map_raw(&file)
         .map_err(|e| StorageError::io(path, "mmap", e))?;
+    advise_random(path, &map)?;
     Ok((file, map))
+}
+
+/// Tells the kernel that a runtime mapping is read at random (`MADV_RANDOM`). Searches and
+/// inserts touch PQ codes and indirection entries scattered over the whole file, so when
+/// memory pressure has dropped some of their pages, a fault should read back the one page it
+/// needs. Without the advice each fault reads a read-ahead window (128 KiB by default) and
+/// evicts as much again: in a memory-limited server that turned a shortfall into a thrash
+/// (benchmarks/results/compare.md, "1M rows out of memory with inserts").
+pub(crate) fn advise_random(path: &Path, map: &MmapRaw) -> Result<(), StorageError> {
+    map.advise(memmap2::Advice::Random)
+        .map_err(|e| StorageError::io(path, "madvise", e))
 }

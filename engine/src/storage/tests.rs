@@ -99,7 +99,7 @@ fn assert_index_matches(files: &IndexFiles, f: &Fixture) {
     }
     assert_eq!(files.indirection().entry(n as VertexId), None);
     assert_eq!(files.pq_codebook(), &f.codebook[..]);
-    assert_eq!(files.entrance(), &f.entrance[..]);
+    assert_eq!(files.read_entrance().unwrap(), f.entrance);
 }
 
 #[test]

@@ -129,7 +129,7 @@ pub fn rebuild_shared_entrance(files: &IndexFiles, epoch: u64) -> Result<usize, 
     let corrupt = |e: crate::entrance::EntranceError| {
         StorageError::corrupt(&dir.join(names::ENTRANCE), e.to_string())
     };
-    let mut graph = EntranceGraph::from_bytes(files.entrance()).map_err(corrupt)?;
+    let mut graph = EntranceGraph::from_bytes(&files.read_entrance()?).map_err(corrupt)?;
     let state = files.state();
     let logged = state.get(Field::EntranceLogBytes) as u64;
     let replayed = apply_log(&dir.join(names::ENTRANCE_LOG), 0, logged, &mut graph);
