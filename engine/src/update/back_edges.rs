@@ -219,39 +219,62 @@ impl Index {
     }
 
     /// Back-edges a crash lost (queued tasks are not durable, RFC 0004 §3): for every live
-    /// vertex with few in-edges ([`RESTORE_BELOW_DEGREE_SHARE`]) in `adjacency` (every vertex's
-    /// current list), `u -> v` for each out-neighbour `u` that lacks it, which is what its
-    /// insert left to tasks. VACUUM's reconnect and consolidation run this first, on an index
-    /// told to ([`Index::set_restore_lost_back_edges`]: PostgreSQL's VACUUM with
-    /// `navis.lios = on`).
+    /// vertex with few in-edges ([`RESTORE_BELOW_DEGREE_SHARE`]) among the current lists,
+    /// `u -> v` for each out-neighbour `u` that lacks it, which is what its insert left to
+    /// tasks. VACUUM's reconnect and consolidation run this first, on an index told to
+    /// ([`Index::set_restore_lost_back_edges`]: PostgreSQL's VACUUM with `navis.lios = on`).
+    /// Two sweeps over the edge pages (`reach` module): the in-degrees, then the lists of the
+    /// vertices with few and the edges into them; memory is three bytes a vertex plus those
+    /// lists, never the whole graph.
     pub(super) fn restore_back_edges(
         &self,
         log: &dyn IndexLog,
         locks: &dyn WriteLocks,
-        adjacency: &[Vec<VertexId>],
         cancel: &dyn Fn() -> bool,
+        pages_read: &mut u64,
     ) -> Result<BackEdgeReport, IndexError> {
-        let n = adjacency.len();
+        let n = self.id_bound();
         let few = self.files().edge_layout().max_degree() / RESTORE_BELOW_DEGREE_SHARE;
-        let mut in_degree = vec![0usize; n];
-        for &w in adjacency.iter().flatten() {
-            if let Some(d) = in_degree.get_mut(w as usize) {
-                *d += 1;
+        // Saturating: only counts below `few` (at most max_degree / 2) matter.
+        let mut in_degree = vec![0u16; n];
+        self.for_each_current_list(cancel, pages_read, |_, list, _| {
+            for &w in list {
+                if let Some(d) = in_degree.get_mut(w as usize) {
+                    *d = d.saturating_add(1);
+                }
             }
+        })?;
+        let short: Vec<bool> = (0..n)
+            .map(|v| (in_degree[v] as usize) < few && self.is_live_undeleted(v as VertexId))
+            .collect();
+        drop(in_degree);
+        if !short.contains(&true) {
+            return Ok(BackEdgeReport::default());
         }
-        let mut tasks: Vec<BackEdge> = Vec::new();
-        for (v, list) in adjacency.iter().enumerate() {
-            let v = v as VertexId;
-            if in_degree[v as usize] >= few || !self.is_live_undeleted(v) {
-                continue;
+        // Each short vertex has fewer than `few` in-edges, so `linked` stays small.
+        let mut out_lists: Vec<(VertexId, Vec<VertexId>)> = Vec::new();
+        let mut linked: rustc_hash::FxHashSet<(VertexId, VertexId)> = Default::default();
+        self.for_each_current_list(cancel, pages_read, |owner, list, _| {
+            for &w in list {
+                if short.get(w as usize) == Some(&true) {
+                    linked.insert((owner, w));
+                }
             }
+            if short.get(owner as usize) == Some(&true) {
+                out_lists.push((owner, list.to_vec()));
+            }
+        })?;
+        out_lists.sort_unstable_by_key(|&(v, _)| v);
+        let mut tasks: Vec<BackEdge> = Vec::new();
+        for (v, list) in &out_lists {
+            let v = *v;
             tasks.extend(
                 list.iter()
                     .copied()
                     .filter(|&u| {
                         u != v
                             && (u as usize) < n
-                            && !adjacency[u as usize].contains(&v)
+                            && !linked.contains(&(u, v))
                             && self.is_live_undeleted(u)
                     })
                     .map(|u| BackEdge { vertex: u, to: v }),

@@ -13,6 +13,7 @@ pub mod insert;
 pub mod locks;
 pub mod log;
 pub mod promote;
+mod reach;
 pub mod repairs;
 pub mod sliced;
 pub mod sliced_repair;

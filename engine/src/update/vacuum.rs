@@ -19,8 +19,9 @@
 //! 5. live vertices that only deleted vertices led to (and that the repairs did not
 //!    reconnect) are linked from the nearest reachable vertex a search finds for them.
 //!
-//! The cost is two reads of the edge file plus writes proportional to the repaired lists; the
-//! entrance-graph vertices and the medoid are kept (deleted but traversable), as entry points
+//! The cost is one read of the edge file for the repairs, the sweeps of step 5 (`reach`
+//! module: a few reads of the edge file, one byte of memory per vertex), and writes
+//! proportional to the repaired lists; the entrance-graph vertices and the medoid are kept (deleted but traversable), as entry points
 //! that other backends may hold. Consolidation checks `cancel` between batches; an
 //! interruption leaves a consistent index with part of the work done.
 
@@ -34,15 +35,12 @@ use super::write::{read_current_list, write_lists, ListChange};
 use crate::index::{Index, IndexError};
 use crate::search::{CasrMode, SearchCursor, SearchParams};
 use crate::storage::state::{Counter, Field};
-use crate::storage::{EdgeLocation, HeapTid};
+use crate::storage::HeapTid;
 use crate::VertexId;
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
 
 /// Vertices between cancellation checks in table scans.
 const CHECK_EVERY: usize = 4096;
-/// Pages per read of the consolidation pass.
-const SCAN_PAGES: usize = 256;
 
 struct RepairScan {
     deleted_lists: HashMap<VertexId, Vec<VertexId>>,
@@ -90,7 +88,7 @@ pub struct ConsolidateReport {
     pub free_pages_after: u64,
 }
 
-fn interrupted() -> IndexError {
+pub(super) fn interrupted() -> IndexError {
     IndexError::Cancelled
 }
 
@@ -270,13 +268,13 @@ impl Index {
 
         // 4. Back-edges a crash lost (`back_edges` module), then compact sparse pages
         // (`compact` module), which also packs the pages the first wrote.
-        let adjacency = self.restore_lost_back_edges(log, locks, cancel, &mut report)?;
+        self.restore_lost_back_edges(log, locks, cancel, &mut report)?;
         self.compact(log, locks, cancel, &mut report)?;
 
         // 5. Vertices whose every path from the entry points ran through deleted vertices
         // (and that the repairs did not reconnect) are linked from their nearest reachable
         // vertex, as an insert would link them.
-        self.reconnect_unreachable(log, locks, cancel, &mut report, adjacency)?;
+        self.reconnect_unreachable(log, locks, cancel, &mut report)?;
         state.count(Counter::OrphansLinked, report.orphans_linked);
         state.count(Counter::ListsCompacted, report.lists_compacted);
         state.count(Counter::Consolidations, 1);
@@ -299,7 +297,7 @@ impl Index {
         let mut deleted_lists = HashMap::new();
         let mut to_repair = Vec::new();
         let mut doomed_out = HashMap::new();
-        self.for_each_current_list(cancel, report, |owner, list| {
+        self.for_each_current_list(cancel, &mut report.edge_pages_read, |owner, list, _| {
             if is_doomed(owner) {
                 deleted_lists.insert(owner, list.to_vec());
             } else if list.iter().any(|&w| is_doomed(w)) {
@@ -337,60 +335,32 @@ impl Index {
         let log = self.log()?;
         let log: &dyn IndexLog = &*log;
         let mut report = ConsolidateReport::default();
-        let adjacency = self.restore_lost_back_edges(log, locks, cancel, &mut report)?;
+        self.restore_lost_back_edges(log, locks, cancel, &mut report)?;
         // Inserts' pages that absorption could not keep dense (`compact` module).
         if self.edge_pages_sparse() {
             self.compact(log, locks, cancel, &mut report)?;
             state.count(Counter::ListsCompacted, report.lists_compacted);
         }
-        self.reconnect_unreachable(log, locks, cancel, &mut report, adjacency)?;
+        self.reconnect_unreachable(log, locks, cancel, &mut report)?;
         state.count(Counter::OrphansLinked, report.orphans_linked);
         state.set_counter(Counter::InsertsAtLastReconnect, inserts);
         report.free_pages_after = state.get(Field::FreePageCount) as u64;
         Ok(Some(report))
     }
 
-    /// Finds the live vertices no search can reach from the entry points (one more pass
-    /// over the edge file, then a breadth-first walk in memory) and links each from the
-    /// nearest reachable vertex a search for its vector finds.
+    /// Finds the live vertices no search can reach from the entry points (sweeps over the
+    /// edge pages, `reach` module) and links each from the nearest reachable vertex a search
+    /// for its vector finds.
     fn reconnect_unreachable(
         &self,
         log: &dyn IndexLog,
         locks: &dyn WriteLocks,
         cancel: &dyn Fn() -> bool,
         report: &mut ConsolidateReport,
-        adjacency: Vec<Vec<VertexId>>,
     ) -> Result<(), IndexError> {
         let files = self.files();
-        let table = files.indirection();
-        let n = adjacency.len();
-        let mut reached = vec![false; n];
-        let starts: Vec<VertexId> = self
-            .entrance()
-            .ids()
-            .iter()
-            .copied()
-            .chain(std::iter::once(files.manifest().medoid))
-            .filter(|&s| (s as usize) < n && table.entry(s).is_some())
-            .collect();
-        let walk = |from: &[VertexId], reached: &mut Vec<bool>| {
-            let mut queue: Vec<VertexId> = Vec::new();
-            for &s in from {
-                if !reached[s as usize] {
-                    reached[s as usize] = true;
-                    queue.push(s);
-                }
-            }
-            while let Some(u) = queue.pop() {
-                for &w in &adjacency[u as usize] {
-                    if (w as usize) < n && !reached[w as usize] && table.entry(w).is_some() {
-                        reached[w as usize] = true;
-                        queue.push(w);
-                    }
-                }
-            }
-        };
-        walk(&starts, &mut reached);
+        let mut reached = self.reachable(cancel, &mut report.edge_pages_read)?;
+        let n = reached.len();
         let lost: Vec<VertexId> = (0..n as VertexId)
             .filter(|&v| !reached[v as usize] && self.is_live_undeleted(v))
             .collect();
@@ -452,105 +422,28 @@ impl Index {
             if linked {
                 report.orphans_linked += 1;
                 report.pages_written += 1;
-                walk(&[w], &mut reached);
+                reached[w as usize] = true;
+                self.reach_further(&[w], &mut reached, cancel, &mut report.edge_pages_read)?;
             }
         }
         Ok(())
     }
 
     /// With [`Index::set_restore_lost_back_edges`], gives vertices left with few in-edges
-    /// their back-edges again ([`Index::restore_back_edges`]); returns every vertex's
-    /// current list afterwards.
-    /// Compaction moves lists unchanged, so the lists returned stay valid through it.
+    /// their back-edges again ([`Index::restore_back_edges`]).
     fn restore_lost_back_edges(
         &self,
         log: &dyn IndexLog,
         locks: &dyn WriteLocks,
         cancel: &dyn Fn() -> bool,
         report: &mut ConsolidateReport,
-    ) -> Result<Vec<Vec<VertexId>>, IndexError> {
-        let adjacency = self.current_adjacency(cancel, report)?;
+    ) -> Result<(), IndexError> {
         if !self.restores_lost_back_edges() {
-            return Ok(adjacency);
+            return Ok(());
         }
-        let restored = self.restore_back_edges(log, locks, &adjacency, cancel)?;
-        if restored.lists_written == 0 {
-            return Ok(adjacency);
-        }
+        let restored = self.restore_back_edges(log, locks, cancel, &mut report.edge_pages_read)?;
         report.back_edges_restored += restored.done;
         report.pages_written += restored.pages_written;
-        // Re-prunes may have pushed vertices out of lists: the lists as they are now.
-        self.current_adjacency(cancel, report)
-    }
-
-    /// Every vertex's current edge list, from one sequential pass over the edge file.
-    fn current_adjacency(
-        &self,
-        cancel: &dyn Fn() -> bool,
-        report: &mut ConsolidateReport,
-    ) -> Result<Vec<Vec<VertexId>>, IndexError> {
-        let files = self.files();
-        let n = (files.state().get(Field::NextVertex) as usize).min(files.indirection().capacity());
-        let mut adjacency = vec![Vec::new(); n];
-        self.for_each_current_list(cancel, report, |owner, list| {
-            if let Some(slot) = adjacency.get_mut(owner as usize) {
-                *slot = list.to_vec();
-            }
-        })?;
-        Ok(adjacency)
-    }
-
-    /// Reads the edge file sequentially, `SCAN_PAGES` pages at a time, and calls `visit` with
-    /// every list that is its owner's current one (the indirection table points at its slot).
-    /// Free pages and pages that fail their checksum (being rewritten by an insert right now,
-    /// so holding no list that is current yet) are skipped; `cancel` is checked per read.
-    fn for_each_current_list(
-        &self,
-        cancel: &dyn Fn() -> bool,
-        report: &mut ConsolidateReport,
-        mut visit: impl FnMut(VertexId, &[VertexId]),
-    ) -> Result<(), IndexError> {
-        let files = self.files();
-        let layout = files.edge_layout();
-        let page_size = layout.page_size();
-        let table = files.indirection();
-        let bulk = files.bulk();
-        let last =
-            (files.state().get(Field::EdgePages) as usize).min(bulk.edge_page_count()? as usize);
-        let mut buf = vec![0u8; SCAN_PAGES * page_size];
-        let mut list = Vec::with_capacity(layout.max_degree());
-        let mut first = 0;
-        while first < last {
-            if cancel() {
-                return Err(interrupted());
-            }
-            let count = SCAN_PAGES.min(last - first);
-            let chunk = &mut buf[..count * page_size];
-            bulk.read_edge_pages(first as u32, count, chunk)?;
-            report.edge_pages_read += count as u64;
-            for (i, page) in chunk.chunks_exact(page_size).enumerate() {
-                let page_no = (first + i) as u32;
-                if files.state().page_live(page_no).load(Ordering::Acquire) == 0
-                    || bulk.verify_edge_page(&layout, page, page_no).is_err()
-                {
-                    continue;
-                }
-                for s in 0..layout.slots_per_page() {
-                    let slot = layout.slot(page, s);
-                    let here = EdgeLocation {
-                        page: page_no,
-                        slot: s as u16,
-                    };
-                    if slot.is_free() || table.entry(slot.owner()).map(|e| e.edge) != Some(here) {
-                        continue; // free, or a stale copy of a list that has moved
-                    }
-                    list.clear();
-                    list.extend(slot.neighbours());
-                    visit(slot.owner(), &list);
-                }
-            }
-            first += count;
-        }
         Ok(())
     }
 

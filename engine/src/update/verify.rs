@@ -8,7 +8,7 @@ use crate::index::Index;
 use crate::storage::state::{Field, NONE};
 use crate::storage::EdgeLocation;
 use crate::VertexId;
-use std::collections::{HashSet, VecDeque};
+use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 
 /// What [`Index::verify`] found. `problems` holds the first few descriptions; the counts are
@@ -68,7 +68,8 @@ impl Index {
         let file_pages = bulk.edge_page_count().map_err(storage_to_io)? as usize;
 
         // Indirection entries and the edge lists they point at.
-        let mut adjacency: Vec<Vec<VertexId>> = vec![Vec::new(); next_vertex];
+        // Lists are checked as they are read; none is kept (a 1M-row index's lists are
+        // ~230 MB in memory), reachability sweeps the pages again below.
         let mut live_per_page = vec![0u32; edge_pages.max(file_pages)];
         let mut published = 0u64;
         let mut page = vec![0u8; layout.page_size()];
@@ -107,7 +108,17 @@ impl Index {
                     if list.degree() > layout.max_degree() {
                         report.problem(format!("vertex {v} has degree {}", list.degree()));
                     }
-                    adjacency[v as usize] = list.to_vec();
+                    for u in list.neighbours() {
+                        report.edges += 1;
+                        if u == v {
+                            report.problem(format!("vertex {v} links to itself"));
+                        }
+                        match table.entry(u) {
+                            None => report.dangling_edges += 1,
+                            Some(e) if e.is_deleted() => report.edges_to_deleted += 1,
+                            Some(_) => {}
+                        }
+                    }
                 }
                 None => report.problem(format!(
                     "slot {slot} of page {p} is stamped {} but vertex {v} points there",
@@ -116,20 +127,6 @@ impl Index {
             }
         }
         report.vertices = published;
-
-        for (v, list) in adjacency.iter().enumerate() {
-            for &u in list {
-                report.edges += 1;
-                if u as usize == v {
-                    report.problem(format!("vertex {v} links to itself"));
-                }
-                match table.entry(u) {
-                    None => report.dangling_edges += 1,
-                    Some(e) if e.is_deleted() => report.edges_to_deleted += 1,
-                    Some(_) => {}
-                }
-            }
-        }
 
         // The state's counts and lists.
         if state.get(Field::Published) as u64 != published {
@@ -200,28 +197,14 @@ impl Index {
         }
 
         // Reachability over current lists from every entry point a search may start from.
-        let mut reached = vec![false; next_vertex];
-        let mut queue: VecDeque<VertexId> = self
-            .entrance()
-            .ids()
-            .iter()
-            .copied()
-            .chain(std::iter::once(files.manifest().medoid))
-            .filter(|&s| table.entry(s).is_some())
-            .collect();
-        for &s in &queue {
-            reached[s as usize] = true;
-        }
-        while let Some(u) = queue.pop_front() {
-            for &w in &adjacency[u as usize] {
-                if (w as usize) < next_vertex && !reached[w as usize] && table.entry(w).is_some() {
-                    reached[w as usize] = true;
-                    queue.push_back(w);
-                }
-            }
-        }
+        let mut pages_read = 0;
+        let reached = self
+            .reachable(&|| false, &mut pages_read)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string()))?;
         report.unreachable = (0..next_vertex)
-            .filter(|&v| !reached[v] && self.is_live_undeleted(v as VertexId))
+            .filter(|&v| {
+                !reached.get(v).copied().unwrap_or(false) && self.is_live_undeleted(v as VertexId)
+            })
             .count() as u64;
         Ok(report)
     }
