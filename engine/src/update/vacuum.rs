@@ -21,8 +21,8 @@
 //!
 //! The cost is one read of the edge file for the repairs, the sweeps of step 5 (`reach`
 //! module: a few reads of the edge file, one byte of memory per vertex), and writes
-//! proportional to the repaired lists; the entrance-graph vertices and the medoid are kept (deleted but traversable), as entry points
-//! that other backends may hold. Consolidation checks `cancel` between batches; an
+//! proportional to the repaired lists; the entrance-graph vertices and the medoid are kept
+//! (deleted but traversable), as entry points that other backends may hold. Consolidation checks `cancel` between batches; an
 //! interruption leaves a consistent index with part of the work done.
 
 use super::alloc::release_vertex;
