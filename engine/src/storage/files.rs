@@ -478,17 +478,5 @@ fn map_pq_codes(
         .len(max_vertices(m as usize) * m as usize)
         .map_raw(&file)
         .map_err(|e| StorageError::io(path, "mmap", e))?;
-    advise_random(path, &map)?;
     Ok((file, map))
-}
-
-/// Tells the kernel that a runtime mapping is read at random (`MADV_RANDOM`). Searches and
-/// inserts touch PQ codes and indirection entries scattered over the whole file, so when
-/// memory pressure has dropped some of their pages, a fault should read back the one page it
-/// needs. Without the advice each fault reads a read-ahead window (128 KiB by default) and
-/// evicts as much again: in a memory-limited server that turned a shortfall into a thrash
-/// (benchmarks/results/compare.md, "1M rows out of memory with inserts").
-pub(crate) fn advise_random(path: &Path, map: &MmapRaw) -> Result<(), StorageError> {
-    map.advise(memmap2::Advice::Random)
-        .map_err(|e| StorageError::io(path, "madvise", e))
 }

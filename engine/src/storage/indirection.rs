@@ -204,7 +204,6 @@ impl IndirectionTable {
             .len(Self::file_len(MAX_VERTICES) as usize)
             .map_raw(&file)
             .map_err(|e| StorageError::io(path, "mmap", e))?;
-        super::files::advise_random(path, &map)?;
         Ok(IndirectionTable {
             map,
             file,
