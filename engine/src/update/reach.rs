@@ -133,7 +133,8 @@ impl Index {
         loop {
             let mut behind: Vec<VertexId> = Vec::new();
             self.for_each_current_list(cancel, pages_read, |owner, list, page| {
-                if !reached[owner as usize] {
+                // (an insert running alongside may publish ids at or past `bound`)
+                if !reached.get(owner as usize).copied().unwrap_or(false) {
                     return;
                 }
                 for &w in list {
