@@ -11,7 +11,7 @@
 //! lists of the vertices reached so far, in page order, so a vertex reached at a page the pass
 //! has not come to yet is expanded in the same pass. Those reached behind the pass (their list
 //! lies on a page already read) are pending; when few remain they are expanded by reading
-//! their own pages (a breadth-first walk from them), otherwise another pass runs. Graphs a
+//! their own pages (a walk from them), otherwise another pass runs. Graphs a
 //! search can traverse are shallow (the entrance graph starts it close to everything), so a
 //! few passes suffice; a chain laid out against page order costs passes, bounded by the walk.
 
@@ -157,7 +157,7 @@ impl Index {
     }
 
     /// Marks in `reached` what `from` (already marked) leads to, reading each newly reached
-    /// vertex's list from its own page: a breadth-first walk that stops at marked vertices.
+    /// vertex's list from its own page: a depth-first walk that stops at marked vertices.
     pub(super) fn reach_further(
         &self,
         from: &[VertexId],
