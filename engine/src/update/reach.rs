@@ -206,7 +206,7 @@ mod tests {
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha8Rng;
 
-    /// Breadth-first reachability over every current list held in memory: what the sweeps
+    /// Reachability by a walk over every current list held in memory: what the sweeps
     /// replace, as the reference.
     fn reference(index: &Index) -> Vec<bool> {
         let bound = index.id_bound();

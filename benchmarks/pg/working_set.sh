@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# navis's inserts and searches inside a memory group, on one built index reused across runs
+# (RFC 0011: how the 384 MiB thrash at 1M rows was found and the A/B of MADV_RANDOM measured).
+#
+#   benchmarks/pg/working_set.sh build DATASET     build BASE rows once (regime a), keep a copy
+#   benchmarks/pg/working_set.sh run DATASET       restore the copy, start inside LIMIT_MB,
+#                                                  run inserts.py --reuse, sample memory
+#
+# Environment: BASE (rows built; default the dataset's rows minus 4,000), LIMIT_MB (384; 0 = no
+# group), INSERT (2000), BATCH (500), LIST (navis.search_list, 80), BASELINE (seconds of
+# searches alone first, 0), MWM (4GB), SNAP (where the built cluster is kept,
+# benchmarks/data/working-set/DATASET-snapshot), OUT (benchmarks/data/working-set/DATASET-TAG),
+# TAG (run). Every 10 s OUT/samples.txt gets the group's memory.stat and each backend's
+# /proc/PID/smaps_rollup (Rss, Anonymous, Private_Dirty). The installed navis.so is used as is.
+set -uo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+# shellcheck source=../../scripts/lib/cluster.sh
+source "$ROOT/scripts/lib/cluster.sh"
+# shellcheck source=memlimit.sh
+source "$HERE/memlimit.sh"
+MODE=${1:?build or run} NAME=${2:?dataset, e.g. synthetic-1m}
+DATA=$ROOT/benchmarks/data D=$DATA/$NAME PY=${PY:-$DATA/venv/bin/python}
+CDIR=/tmp/navis-working-set PORT=54350
+SNAP=${SNAP:-$DATA/working-set/$NAME-snapshot}
+ROWS=$("$PY" -c 'import sys,struct; print(struct.unpack("<I", open(sys.argv[1],"rb").read(4))[0])' "$D/base.fbin")
+BASE=${BASE:-$((ROWS - 4000))}
+common=(--host "$CDIR" --port "$PORT" --system navis --base "$BASE")
+
+if [ "$MODE" = build ]; then
+  cluster_start "$CDIR" "$PORT" "shared_preload_libraries = 'navis'" "shared_buffers = 64MB" \
+      "maintenance_work_mem = ${MWM:-4GB}" "max_wal_size = 4GB" "navis.cache_size = '64MB'"
+  "$PY" "$HERE/inserts.py" "$D" "${common[@]}" --insert 0 --recall-every 0
+  cluster_stop "$CDIR"
+  rm -rf "$SNAP"; mkdir -p "$(dirname "$SNAP")"; cp -a "$CDIR" "$SNAP"
+  exit 0
+fi
+
+LIMIT_MB=${LIMIT_MB:-384} OUT=${OUT:-$DATA/working-set/$NAME-${TAG:-run}}
+[ -d "$SNAP" ] || { echo "no built cluster in $SNAP: run '$0 build $NAME' first" >&2; exit 1; }
+cluster_stop "$CDIR"; rm -rf "$CDIR"; cp -a "$SNAP" "$CDIR"
+# (a copy made elsewhere keeps its own socket directory and port otherwise)
+printf "unix_socket_directories = '%s'\nport = %s\n" "$CDIR" "$PORT" >>"$CDIR/data/postgresql.conf"
+sync; echo 3 >/proc/sys/vm/drop_caches
+memlimit_remove ws >/dev/null 2>&1 || true
+start=(runuser -u postgres -- env -u RUST_BACKTRACE "$PGBIN/pg_ctl" -D "$CDIR/data" -l "$CDIR/server.log" -w start)
+if [ "$LIMIT_MB" != 0 ]; then memlimit_create ws "${LIMIT_MB}M"; memlimit_run ws "${start[@]}" >/dev/null
+else "${start[@]}" >/dev/null; fi
+mkdir -p "$OUT"; : >"$OUT/samples.txt"
+( while true; do
+    { date +%s
+      [ "$LIMIT_MB" = 0 ] || grep -E "^(cache|rss|shmem|mapped_file|pgmajfault) " "$(memlimit_dir ws)/memory.stat"
+      for p in $(pgrep -u postgres postgres); do
+        echo "pid $p $(tr '\0' ' ' <"/proc/$p/cmdline" | cut -c1-60)" \
+             "$(grep -E '^(Rss|Anonymous|Private_Dirty)' "/proc/$p/smaps_rollup" 2>/dev/null | awk '{printf "%s%s ", $1, $2}')"
+      done
+      echo; } >>"$OUT/samples.txt"
+    sleep 10; done ) &
+sampler=$!
+"$PY" "$HERE/inserts.py" "$D" "${common[@]}" --search-list "${LIST:-80}" --reuse \
+    --insert "${INSERT:-2000}" --batch "${BATCH:-500}" --writers 2 --searchers 2 --recall-every 0 \
+    --baseline-seconds "${BASELINE:-0}" --json "$OUT/inserts.json" >"$OUT/inserts.md" 2>&1
+echo "inserts.py rc=$?" >>"$OUT/inserts.md"
+kill "$sampler"
+[ "$LIMIT_MB" = 0 ] || memlimit_report ws >"$OUT/memlimit.txt" 2>&1
+cluster_stop "$CDIR"; memlimit_remove ws >/dev/null 2>&1 || true
+cat "$OUT/inserts.md" "$OUT/memlimit.txt" 2>/dev/null
