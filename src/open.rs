@@ -368,8 +368,9 @@ fn reopen(
     };
     drop(growth);
     let opened = opened.unwrap_or_else(|e| damaged(index, e.to_string()));
-    // The first opener in a server lifetime read the whole hot image (codes, indirection,
-    // entrance graph) to make the runtime copy; hand that memory back (navis_engine::heap).
+    // Once per index per backend: the first opener in a server lifetime read the whole hot
+    // image (codes, indirection, entrance graph) to make the runtime copy; hand that memory
+    // back (navis_engine::heap). For the others the trim finds little and costs little.
     navis_engine::heap::return_freed_memory();
     if let Some(log) = log {
         let log = log.unwrap_or_else(|e| damaged(index, e.to_string()));
