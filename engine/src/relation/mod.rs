@@ -35,8 +35,9 @@
 //! interleaving), listed by rewritten extent-map pages (and the metapage, when the map needs
 //! another page). Nothing records the allocator (free lists, live counts, high-water marks):
 //! [`RelationImage`] derives it from the indirection entries and the extent map
-//! ([`image::Allocator`]), RFC 0001 §10.
+//! ([`allocator::Allocator`]), RFC 0001 §10.
 
+mod allocator;
 pub mod apply;
 pub mod changed_blocks;
 mod image;

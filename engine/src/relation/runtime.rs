@@ -27,6 +27,7 @@ use crate::storage::{
     names, Field, IndexFiles, IndirectionTable, Manifest, RelationBulk, SharedState, StorageError,
 };
 use crate::store::PageStore;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
@@ -85,26 +86,13 @@ fn read_or_make_copy(
         let read = if runtime_dir.join(names::STATE).exists() {
             RelationImage::read_layout(store, fork).map(|(meta, map)| {
                 let ids = meta.build_vertices as usize;
-                (meta, map, ids, None)
+                (meta, map, ids)
             })
         } else {
-            RelationImage::read_hot(store, fork).map(|image| {
-                let ids = image.entries.len();
-                (
-                    image.meta.clone(),
-                    image.extent_map.clone(),
-                    ids,
-                    Some(image),
-                )
-            })
+            make_copy(store, fork, runtime_dir, generation)
         };
         match read {
-            Ok((meta, map, ids, Some(image))) => {
-                let manifest = manifest_of(&meta, &map, ids, fork)?;
-                materialise(&image, &manifest, runtime_dir, generation)?;
-                return Ok((meta, map, ids));
-            }
-            Ok((meta, map, ids, None)) => return Ok((meta, map, ids)),
+            Ok(layout) => return Ok(layout),
             // The layout read can race too: the relation's length is read before the extent
             // map, which a writer may have grown in between.
             Err(_) if tries < 4 => {
@@ -149,23 +137,24 @@ fn manifest_of(
     })
 }
 
-/// Writes the runtime files for `image` into a private directory beside `dir`, then renames
-/// it to `dir`. Losing the rename to another process is success.
-fn materialise(
-    image: &RelationImage,
-    manifest: &Manifest,
+/// Reads the hot pages and writes the runtime copy from them into a private directory beside
+/// `dir`, then renames it to `dir`; losing the rename to another process is success. Returns
+/// the layout and id count the copy was made from.
+fn make_copy(
+    store: &dyn PageStore,
+    fork: &Path,
     dir: &Path,
     generation: u64,
-) -> Result<(), StorageError> {
+) -> Result<(Meta, ExtentMap, usize), StorageError> {
     let private = private_name(dir);
     std::fs::create_dir_all(&private)
         .map_err(|e| StorageError::io(&private, "create directory", e))?;
-    let written = write_runtime_files(image, manifest, &private, generation);
-    let placed = written.and_then(|()| {
+    let written = write_copy(store, fork, &private, generation);
+    let placed = written.and_then(|layout| {
         match std::fs::rename(&private, dir) {
-            Ok(()) => Ok(()),
+            Ok(()) => Ok(layout),
             // Another process placed its copy first; both were made from the same pages.
-            Err(_) if dir.join(names::STATE).exists() => Ok(()),
+            Err(_) if dir.join(names::STATE).exists() => Ok(layout),
             Err(e) => Err(StorageError::io(dir, "rename runtime directory", e)),
         }
     });
@@ -173,6 +162,37 @@ fn materialise(
         let _ = std::fs::remove_dir_all(&private);
     }
     placed
+}
+
+/// The runtime files, in `dir`. The PQ codes go from their pages straight into
+/// `pq_codes.dat`: held whole, they and the copy padded to the indirection's capacity were
+/// 192 MB of the opening backend's heap at 1M rows, and at 320 MiB of memory the kernel
+/// killed that backend, restarting the server (RFC 0011).
+fn write_copy(
+    store: &dyn PageStore,
+    fork: &Path,
+    dir: &Path,
+    generation: u64,
+) -> Result<(Meta, ExtentMap, usize), StorageError> {
+    let codes_path = dir.join(names::PQ_CODES);
+    let file = std::fs::File::create(&codes_path)
+        .map_err(|e| StorageError::io(&codes_path, "create", e))?;
+    let mut codes = std::io::BufWriter::with_capacity(1 << 16, file);
+    let image = RelationImage::read_hot_writing_codes(store, fork, &codes_path, &mut codes)?;
+    let ids = image.entries.len();
+    let manifest = manifest_of(&image.meta, &image.extent_map, ids, fork)?;
+    // Ids up to the indirection's capacity get zero codes, as they would from a writer.
+    let pad =
+        (manifest.indirection_capacity as usize).saturating_sub(ids) * manifest.pq_bytes as usize;
+    std::io::copy(&mut std::io::repeat(0).take(pad as u64), &mut codes)
+        .and_then(|_| codes.flush())
+        .map_err(|e| StorageError::io(&codes_path, "write", e))?;
+    drop(codes);
+    write_runtime_files(&image, &manifest, dir, generation)?;
+    let RelationImage {
+        meta, extent_map, ..
+    } = image;
+    Ok((meta, extent_map, ids))
 }
 
 fn private_name(dir: &Path) -> PathBuf {
@@ -187,6 +207,7 @@ fn private_name(dir: &Path) -> PathBuf {
     ))
 }
 
+/// Every runtime file but the PQ codes, which [`write_copy`] streams.
 fn write_runtime_files(
     image: &RelationImage,
     manifest: &Manifest,
@@ -211,11 +232,6 @@ fn write_runtime_files(
         table.publish(v as u32, entry)?;
     }
 
-    let pq_bytes = manifest.pq_bytes as usize;
-    let mut codes = image.codes.clone();
-    codes.resize(capacity * pq_bytes, 0);
-    write_file(&dir.join(names::PQ_CODES), &codes)?;
-
     // Every id below the high-water mark counts as handed out; recovery puts the unpublished
     // ones on the free list and counts the rest.
     let state = SharedState::create(&dir.join(names::STATE), manifest.vector_slots, &live)?;
@@ -227,13 +243,15 @@ fn write_runtime_files(
     state.set(Field::EntranceLogBytes, promotion_bytes);
     state.set_synced_generation(generation);
 
-    write_file(
+    blob::write(
         &dir.join(names::PQ_CODEBOOK),
-        &blob::encode(BlobKind::PqCodebook, &image.codebook),
+        BlobKind::PqCodebook,
+        &image.codebook,
     )?;
-    write_file(
+    blob::write(
         &dir.join(names::ENTRANCE),
-        &blob::encode(BlobKind::EntranceGraph, &image.entrance),
+        BlobKind::EntranceGraph,
+        &image.entrance,
     )?;
     let mut graph = EntranceGraph::from_bytes(&image.entrance)
         .map_err(|e| StorageError::corrupt(&dir.join(names::ENTRANCE), e.to_string()))?;

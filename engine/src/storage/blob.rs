@@ -35,7 +35,23 @@ impl BlobKind {
 
 /// Header plus payload, ready to write.
 pub fn encode(kind: BlobKind, payload: &[u8]) -> Vec<u8> {
-    let mut out = vec![0u8; BLOB_HEADER_SIZE];
+    let mut out = header(kind, payload).to_vec();
+    out.extend_from_slice(payload);
+    out
+}
+
+/// Writes the blob file at `path` (header, then payload) without concatenating them in
+/// memory: the entrance graph of a large index is tens of MB.
+pub fn write(path: &Path, kind: BlobKind, payload: &[u8]) -> Result<(), StorageError> {
+    use std::io::Write;
+    let mut file = std::fs::File::create(path).map_err(|e| StorageError::io(path, "create", e))?;
+    file.write_all(&header(kind, payload))
+        .and_then(|()| file.write_all(payload))
+        .map_err(|e| StorageError::io(path, "write", e))
+}
+
+fn header(kind: BlobKind, payload: &[u8]) -> [u8; BLOB_HEADER_SIZE] {
+    let mut out = [0u8; BLOB_HEADER_SIZE];
     put_u32(&mut out, 0, BLOB_MAGIC);
     put_u32(&mut out, 4, FORMAT_VERSION);
     put_u32(&mut out, 8, kind as u32);
@@ -43,7 +59,6 @@ pub fn encode(kind: BlobKind, payload: &[u8]) -> Vec<u8> {
     put_u32(&mut out, 24, crc32(payload));
     let header_crc = crc32(&out[..28]);
     put_u32(&mut out, 28, header_crc);
-    out.extend_from_slice(payload);
     out
 }
 
