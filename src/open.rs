@@ -368,10 +368,6 @@ fn reopen(
     };
     drop(growth);
     let opened = opened.unwrap_or_else(|e| damaged(index, e.to_string()));
-    // Once per index per backend: the first opener in a server lifetime read the whole hot
-    // image (codes, indirection, entrance graph) to make the runtime copy; hand that memory
-    // back (navis_engine::heap). For the others the trim finds little and costs little.
-    navis_engine::heap::return_freed_memory();
     if let Some(log) = log {
         let log = log.unwrap_or_else(|e| damaged(index, e.to_string()));
         opened.set_log(Arc::new(log));
@@ -400,6 +396,12 @@ fn reopen(
     if let Err(e) = navis_engine::update::recover(opened.files(), &locks, shared.epoch()) {
         damaged(index, format!("deriving the allocator state failed: {e}"));
     }
+    // Once per index per backend: the first opener in a server lifetime read the whole hot
+    // image (codes, indirection) to make the runtime copy, and `recover` read and parsed the
+    // entrance graph's blob (16.6 MB at 1M rows) to rebuild its shared copy; hand that memory
+    // back (navis_engine::heap). Trimmed before `recover`, the blob's pages stayed with the
+    // backend. For the other openers the trim finds little and costs little.
+    navis_engine::heap::return_freed_memory();
     // The store is bound per call from now on.
     store.bind(std::ptr::null_mut());
     Some(OpenIndex {
