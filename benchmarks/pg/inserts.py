@@ -122,10 +122,15 @@ def stop_searchers(stop, procs, done):
     """Stops the searchers; returns their latency lists (taken before joining, so that no
     process blocks on a full queue)."""
     stop.set()
-    try:
-        lists = [done.get(timeout=600) for _ in procs]
-    except queue.Empty:
-        sys.exit(f"a searcher process failed (exit codes {[p.exitcode for p in procs]})")
+    lists, deadline = [], time.monotonic() + 600
+    while len(lists) < len(procs):
+        try:
+            lists.append(done.get(timeout=1))
+        except queue.Empty:
+            # a searcher that died (its server backend killed, say) never reports: stop at
+            # once rather than after the deadline
+            if any(p.exitcode not in (None, 0) for p in procs) or time.monotonic() > deadline:
+                sys.exit(f"a searcher process failed (exit codes {[p.exitcode for p in procs]})")
     for p in procs:
         p.join()
     return lists
