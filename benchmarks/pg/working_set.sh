@@ -5,6 +5,9 @@
 #   benchmarks/pg/working_set.sh build DATASET     build BASE rows once (regime a), keep a copy
 #   benchmarks/pg/working_set.sh run DATASET       restore the copy, start inside LIMIT_MB,
 #                                                  run inserts.py --reuse, sample memory
+#   benchmarks/pg/working_set.sh open DATASET      restore the copy, start (no limit), print the
+#                                                  anonymous memory of three backends after two
+#                                                  scans each (the first makes the runtime copy)
 #
 # Environment: BASE (rows built; default the dataset's rows minus 4,000), LIMIT_MB (384; 0 = no
 # group), INSERT (2000), BATCH (500), LIST (navis.search_list, 80), BASELINE (seconds of
@@ -20,7 +23,7 @@ ROOT=$(cd "$HERE/../.." && pwd)
 source "$ROOT/scripts/lib/cluster.sh"
 # shellcheck source=memlimit.sh
 source "$HERE/memlimit.sh"
-MODE=${1:?build or run} NAME=${2:?dataset, e.g. synthetic-1m}
+MODE=${1:?build, run or open} NAME=${2:?dataset, e.g. synthetic-1m}
 DATA=$ROOT/benchmarks/data D=$DATA/$NAME PY=${PY:-$DATA/venv/bin/python}
 CDIR=/tmp/navis-working-set PORT=54350
 SNAP=${SNAP:-$DATA/working-set/$NAME-snapshot}
@@ -35,6 +38,30 @@ if [ "$MODE" = build ]; then
   cluster_stop "$CDIR"
   rm -rf "$SNAP"; mkdir -p "$(dirname "$SNAP")"; cp -a "$CDIR" "$SNAP"
   exit 0
+fi
+
+if [ "$MODE" = open ]; then
+  [ -d "$SNAP" ] || { echo "no built cluster in $SNAP: run '$0 build $NAME' first" >&2; exit 1; }
+  cluster_stop "$CDIR"; rm -rf "$CDIR"; cp -a "$SNAP" "$CDIR"
+  printf "unix_socket_directories = '%s'\nport = %s\n" "$CDIR" "$PORT" >>"$CDIR/data/postgresql.conf"
+  runuser -u postgres -- env -u RUST_BACKTRACE "$PGBIN/pg_ctl" -D "$CDIR/data" -l "$CDIR/server.log" -w start >/dev/null
+  "$PY" - "$CDIR" "$PORT" <<'PYEOF'
+import sys, psycopg
+host, port = sys.argv[1], int(sys.argv[2])
+def anonymous_mb(pid):
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        return next(int(l.split()[1]) // 1024 for l in f if l.startswith("Anonymous:"))
+conns = []  # kept open: a backend's memory is what it keeps between queries
+for i in range(3):
+    c = psycopg.connect(host=host, port=port, dbname="postgres", user="postgres", autocommit=True)
+    pid = c.execute("SELECT pg_backend_pid()").fetchone()[0]
+    for offset in (0, 5):
+        c.execute("SELECT id FROM ins_bench ORDER BY embedding <-> (SELECT embedding FROM ins_bench"
+                  f" OFFSET {offset} LIMIT 1) LIMIT 10").fetchall()
+    print(f"backend {i + 1} (pid {pid}): {anonymous_mb(pid)} MB anonymous after two scans")
+    conns.append(c)
+PYEOF
+  rc=$?; cluster_stop "$CDIR"; exit $rc
 fi
 
 LIMIT_MB=${LIMIT_MB:-384} OUT=${OUT:-$DATA/working-set/$NAME-${TAG:-run}}
