@@ -14,8 +14,6 @@ pub static SEARCH_LIST: GucSetting<i32> = GucSetting::<i32>::new(40);
 pub static INSERT_LIST: GucSetting<i32> = GucSetting::<i32>::new(64);
 /// `navis.beam_width`: edge pages read per traversal hop; 0 chooses ([`beam_width`]).
 pub static BEAM_WIDTH: GucSetting<i32> = GucSetting::<i32>::new(0);
-/// The beam `navis.beam_width = 0` uses while reads wait on the device: the paper's 4.
-pub const DEVICE_BEAM_WIDTH: usize = 4;
 /// `navis.entry_points`: search list on the entrance graph, i.e. entry points (paper: 10).
 pub static ENTRY_POINTS: GucSetting<i32> = GucSetting::<i32>::new(10);
 /// `navis.rerank_top_k`: K whose stability ends a CASR rerank (paper: 10).
@@ -125,8 +123,9 @@ pub fn register() {
     int(
         c"navis.beam_width",
         c"Edge pages read per traversal hop in navis searches and inserts.",
-        c"0 chooses: 4 (the NAVIS paper's width) while the index's edge pages need device \
-          reads, 1 while they come from memory.",
+        c"0 chooses: while the index's edge pages need device reads, one page per 5 candidates \
+          of navis.search_list (4, the NAVIS paper's width, up to 16) in searches and 4 in \
+          inserts; 1 while they come from memory.",
         &BEAM_WIDTH,
         0,
         64,
@@ -400,10 +399,12 @@ fn real(
 }
 
 /// The beam width for a search or insert on an index whose searches `advisor` watched:
-/// `navis.beam_width`, or with 0 the advisor's choice between [`DEVICE_BEAM_WIDTH`] and 1.
-pub fn beam_width(advisor: &BeamAdvisor) -> usize {
+/// `navis.beam_width`, or with 0 the advisor's choice between `device` and 1. Searches pass
+/// [`navis_engine::search::device_width`] of their list; inserts the paper's 4
+/// ([`navis_engine::search::DEVICE_WIDTH`]), since a wider beam was measured for searches only.
+pub fn beam_width(advisor: &BeamAdvisor, device: usize) -> usize {
     match BEAM_WIDTH.get() {
-        0 => advisor.width(DEVICE_BEAM_WIDTH),
+        0 => advisor.width(device),
         fixed => fixed.max(1) as usize,
     }
 }

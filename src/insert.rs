@@ -111,7 +111,7 @@ pub fn insert_row(index: pg_sys::Relation, open: &OpenIndex, vector: &[f32], tid
     };
     let params = InsertParams {
         list,
-        beam_width: guc::beam_width(&open.beam),
+        beam_width: guc::beam_width(&open.beam, navis_engine::search::DEVICE_WIDTH),
         entry_list: guc::ENTRY_POINTS.get().max(1) as usize,
         rerank_k: guc::RERANK_TOP_K.get().max(1) as usize,
         casr_window,

@@ -253,7 +253,8 @@ fn start(
     returned: u64,
 ) -> Running {
     let (mut params, casr_on) = search_params();
-    params.beam_width = guc::beam_width(&open.beam);
+    params.beam_width =
+        guc::beam_width(&open.beam, navis_engine::search::device_width(params.list));
     params.keep_ranked = admission.as_ref().map_or(0, |a| a.keep());
     // The setting's list, before widening: the calibration sample it belongs to.
     let calibration_list = params.list;

@@ -30,6 +30,23 @@ const WIDEN_ABOVE: f32 = 0.10;
 const NEWEST_WEIGHT: f32 = 0.25;
 /// The width searches use while their pages come from memory.
 pub const IN_MEMORY_WIDTH: usize = 1;
+/// The narrowest beam while pages need device reads: the NAVIS paper's and DiskANN's 4.
+pub const DEVICE_WIDTH: usize = 4;
+/// The widest beam [`device_width`] chooses.
+const DEVICE_WIDTH_MAX: usize = 16;
+
+/// The beam a search with list `list` reads per hop while its pages need device reads: one
+/// page per 5 candidates, from [`DEVICE_WIDTH`] up to 16. The paper's 4 was chosen for lists of
+/// tens; with a list of 80 a query waits on 21.5 dependent hops. Measured on 1M x 384 rows in
+/// a 384 MiB group (`navis.beam_width` fixed, three alternating runs each, the same 250
+/// queries, seventeenth session): at L = 80, W = 16 gave 364-427 q/s at 1 client and 546-555
+/// at 2 against W = 4's 347-365 and 465-478 (+13% / +17%), in 6.3 hops instead of 21.5 and
+/// with fewer edge pages (71.5 against 79.6 per query) at the same recall@10 (0.962); at
+/// L = 40, W = 8 against 4 was within the runs' spread (2 clients 766-780 against 738-771).
+/// Lists up to 24 (the defaults' and the benchmarks' points in memory) keep 4.
+pub fn device_width(list: usize) -> usize {
+    (list / 5).clamp(DEVICE_WIDTH, DEVICE_WIDTH_MAX)
+}
 
 /// The beam width for one index, learnt from the searches that ran on it. Shared by the
 /// threads of one process (relaxed atomics: a stale read only delays the switch by a query).
@@ -100,6 +117,15 @@ mod tests {
             edge_pages_from_page_cache: page_cache,
             ..SearchCounters::one_query()
         }
+    }
+
+    #[test]
+    fn the_device_width_grows_with_the_list_from_4_to_16() {
+        assert_eq!(device_width(1), 4);
+        assert_eq!(device_width(24), 4);
+        assert_eq!(device_width(40), 8);
+        assert_eq!(device_width(80), 16);
+        assert_eq!(device_width(10_000), 16);
     }
 
     #[test]

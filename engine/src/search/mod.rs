@@ -73,7 +73,7 @@ mod first_pass;
 mod iterative;
 mod traverse;
 
-pub use beam::{BeamAdvisor, IN_MEMORY_WIDTH};
+pub use beam::{device_width, BeamAdvisor, DEVICE_WIDTH, IN_MEMORY_WIDTH};
 
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::collections::{BTreeSet, VecDeque};
