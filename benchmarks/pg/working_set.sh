@@ -101,4 +101,4 @@ echo "inserts.py rc=$?" >>"$OUT/inserts.md"
 kill "$sampler"
 [ "$LIMIT_MB" = 0 ] || memlimit_report ws >"$OUT/memlimit.txt" 2>&1
 cluster_stop "$CDIR"; memlimit_remove ws >/dev/null 2>&1 || true
-cat "$OUT/inserts.md" "$OUT/memlimit.txt" 2>/dev/null
+cat "$OUT/inserts.md"; [ -f "$OUT/memlimit.txt" ] && cat "$OUT/memlimit.txt"; true
