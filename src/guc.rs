@@ -14,6 +14,9 @@ pub static SEARCH_LIST: GucSetting<i32> = GucSetting::<i32>::new(40);
 pub static INSERT_LIST: GucSetting<i32> = GucSetting::<i32>::new(64);
 /// `navis.beam_width`: edge pages read per traversal hop; 0 chooses ([`beam_width`]).
 pub static BEAM_WIDTH: GucSetting<i32> = GucSetting::<i32>::new(0);
+/// `navis.expand_colocated`: while edge pages need device reads, a search also expands the
+/// unexpanded candidates whose edge lists lie on a page it read (RFC 0010 addendum 2).
+pub static EXPAND_COLOCATED: GucSetting<bool> = GucSetting::<bool>::new(true);
 /// `navis.entry_points`: search list on the entrance graph, i.e. entry points (paper: 10).
 pub static ENTRY_POINTS: GucSetting<i32> = GucSetting::<i32>::new(10);
 /// `navis.rerank_top_k`: K whose stability ends a CASR rerank (paper: 10).
@@ -180,6 +183,17 @@ pub fn register() {
         c"Use convergence-aware speculative reranking (CASR).",
         c"Off reranks every explored candidate; for ablation measurements.",
         &CASR_ENABLED,
+        GucContext::Userset,
+        GucFlags::default(),
+    );
+    GucRegistry::define_bool_guc(
+        c"navis.expand_colocated",
+        c"While edge pages need device reads, a navis search also expands the candidates whose edge lists lie on pages it read.",
+        c"A page holds about 20 lists, placed near their neighbours: candidates found on a page \
+          already read are expanded without reading their pages again (1M rows out of memory: \
+          22-29% fewer edge-page reads, the same recall). Never while the pages come from \
+          memory, where it only costs work.",
+        &EXPAND_COLOCATED,
         GucContext::Userset,
         GucFlags::default(),
     );

@@ -78,6 +78,11 @@ impl BeamAdvisor {
         }
     }
 
+    /// Whether recent searches read their edge pages from the device (the beam is wide).
+    pub fn from_device(&self) -> bool {
+        self.narrow.load(Ordering::Relaxed) == 0
+    }
+
     /// Folds in where one finished search's edge pages came from. A search that read no
     /// edge page from the files (or none at all) says nothing and changes nothing.
     pub fn observe(&self, counters: &SearchCounters) {
@@ -132,6 +137,7 @@ mod tests {
     fn starts_wide_and_narrows_after_14_queries_from_memory() {
         let advisor = BeamAdvisor::default();
         assert_eq!(advisor.width(4), 4);
+        assert!(advisor.from_device());
         for n in 1..=13 {
             // Half from NAVIS-Cache, half from the page cache: no device read.
             advisor.observe(&query(18, 9, 9));
@@ -139,6 +145,7 @@ mod tests {
         }
         advisor.observe(&query(18, 9, 9));
         assert_eq!(advisor.width(4), 1);
+        assert!(!advisor.from_device());
     }
 
     #[test]

@@ -132,6 +132,33 @@ fn deleted_vertices_never_come_back() {
     }
 }
 
+/// Scans expand co-located lists while their pages come from the device: the first pass and
+/// the graph passes then expand candidates out of order, and the cursor's contract must hold
+/// all the same, with and without deleted vertices.
+#[test]
+fn co_located_expansion_keeps_the_cursor_contract() {
+    let mut src = MemorySource::build(1000, 8, 29);
+    let q = row(&queries(1, 8), 8, 0).to_vec();
+    let colocated = SearchParams {
+        colocated: true,
+        ..graph_only()
+    };
+    for deleted_every in [0, 4] {
+        if deleted_every > 0 {
+            for v in (0..1000).step_by(deleted_every) {
+                src.entries[v].flags |= FLAG_DELETED;
+            }
+        }
+        let mut cursor = SearchCursor::new(&mut src, &q, colocated).unwrap();
+        let hits = drain(&mut cursor);
+        let (skips, c) = (cursor.order_skips(), cursor.counters());
+        drop(cursor);
+        check_contract(&src, &q, &hits, skips);
+        assert!(c.colocated_lists_used > 0, "co-located lists were used");
+        assert!(skips <= 10, "{skips} skips");
+    }
+}
+
 #[test]
 fn identical_vectors_all_come_back_at_any_list() {
     let mut src = MemorySource::build(20, 4, 24);
