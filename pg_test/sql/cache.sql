@@ -21,8 +21,10 @@ INSERT INTO c SELECT i, vec(i) FROM generate_series(1, 3000) i;
 CREATE INDEX c_v ON c USING navis (v) WITH (max_degree = 16, build_list = 32);
 SET enable_seqscan = off;
 -- the same 20 searches twice: the second round reads every page from the cache (with the
--- beam fixed: the default narrows it once searches find their pages in memory, below)
+-- beam fixed: the default narrows it once searches find their pages in memory, below; and
+-- without co-located expansion, which stops at the same moment, below)
 SET navis.beam_width = 4;
+SET navis.expand_colocated = off;
 SELECT count(*) FROM generate_series(1, 20) g, LATERAL (SELECT id FROM c ORDER BY v <-> vec(g * 97) LIMIT 10) s;
 CREATE TABLE first_round AS
   SELECT edge_pages_read AS pages, edge_page_cache_hits AS hits FROM navis_index_stats('c_v');
@@ -49,6 +51,21 @@ SELECT f.hops - n.hops = f.pages - n.pages AS narrow_one_page_per_hop,
   FROM before_narrow n, before_fixed f,
        LATERAL (SELECT (x.edge_pages_read - f.pages)::float8 / (x.hops - f.hops) AS pages_per_hop
                 FROM navis_index_stats('c_v') x) s;
+-- navis.expand_colocated (on by default): while a backend's searches read their edge pages
+-- from the device they also expand the candidates whose lists lie on a page already read. A
+-- new backend starts out assuming the device, so its first searches do, and read fewer pages.
+\c
+SET enable_seqscan = off;
+SET navis.beam_width = 4;
+SET navis.expand_colocated = off;
+SELECT count(*) FROM generate_series(1, 5) g, LATERAL (SELECT id FROM c ORDER BY v <-> vec(g * 97) LIMIT 10) s;
+CREATE TABLE colocated_off AS SELECT edge_pages_read AS pages FROM navis_index_stats('c_v');
+\c
+SET enable_seqscan = off;
+SET navis.beam_width = 4;
+SELECT count(*) FROM generate_series(1, 5) g, LATERAL (SELECT id FROM c ORDER BY v <-> vec(g * 97) LIMIT 10) s;
+SELECT s.edge_pages_read < o.pages AS colocated_reads_fewer_pages
+  FROM navis_index_stats('c_v') s, colocated_off o;
 -- the view and the function agree, and the function works without the view
 SELECT count(*) = (SELECT count(*) FROM navis_cache_stats()) AS same_rows FROM navis_cache_stats;
 -- dropping an index frees its frames at commit

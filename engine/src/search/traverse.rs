@@ -90,7 +90,12 @@ impl<S: IndexSource> SearchCursor<'_, S> {
                 let page = &page_buf[index * page_size..(index + 1) * page_size];
                 for s in 0..layout.slots_per_page() {
                     let slot = layout.slot(page, s);
-                    if slot.is_free() || !self.list.claim(slot.owner()) {
+                    // Every candidate of the list was scored, so an owner the visited set
+                    // lacks is no candidate: one hash lookup instead of a scan of the list.
+                    if slot.is_free()
+                        || !self.visited.contains(&slot.owner())
+                        || !self.list.claim(slot.owner())
+                    {
                         continue;
                     }
                     // Only trust the co-resident list if the indirection still points here.
