@@ -190,22 +190,33 @@ impl Index {
 
     /// The entrance graph every process shares (see `entrance::shared`). After a recovery
     /// rebuilt the shared file (a new server lifetime), the new file is mapped.
+    ///
+    /// The epoch is marked checked only after the new mapping is in place, and read before
+    /// the mapping: a thread that sees the mark sees the graph the check installed. Marking
+    /// it first let a second thread take the old mapping as current, and an insert's
+    /// promotion then went to the old file: logged, so in the graph of every later server
+    /// lifetime, but missing from this one's (`engine/tests/relation_updates.rs` caught it
+    /// about once in 240 runs under load).
     pub fn entrance(&self) -> Arc<SharedEntrance> {
         let epoch = self.files.state().epoch();
-        let current = Arc::clone(&self.entrance.read().expect("entrance lock"));
         if self.entrance_checked.load(Ordering::Acquire) == epoch {
-            return current;
+            return Arc::clone(&self.entrance.read().expect("entrance lock"));
         }
-        self.entrance_checked.store(epoch, Ordering::Release);
-        match open_shared_entrance(&self.files) {
+        let mut current = self.entrance.write().expect("entrance lock");
+        if self.entrance_checked.load(Ordering::Acquire) == epoch {
+            return Arc::clone(&current); // another thread mapped it while this one waited
+        }
+        let graph = match open_shared_entrance(&self.files) {
             Some(fresh) if fresh.epoch() == epoch || !self.entrance_is_shared() => {
                 let fresh = Arc::new(fresh);
-                *self.entrance.write().expect("entrance lock") = Arc::clone(&fresh);
+                *current = Arc::clone(&fresh);
                 self.entrance_is_shared.store(true, Ordering::Release);
                 fresh
             }
-            _ => current,
-        }
+            _ => Arc::clone(&current),
+        };
+        self.entrance_checked.store(epoch, Ordering::Release);
+        graph
     }
 
     /// Whether [`Index::entrance`] is the shared graph (false: a private copy, because the

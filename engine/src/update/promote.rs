@@ -73,11 +73,12 @@ impl Index {
     ) -> Result<bool, IndexError> {
         let ratio = self.files().manifest().params.entrance_ratio as f64;
         let wanted = |graph_len: usize| (graph_len as f64) < ratio * self.len() as f64;
-        let graph = self.entrance();
-        if !self.entrance_is_shared() || !wanted(graph.len()) {
+        if !self.entrance_is_shared() || !wanted(self.entrance().len()) {
             return Ok(false);
         }
         let _guard = AllocatorGuard::lock(locks);
+        // Taken under the lock: the plan is made on, and applied to, the current graph.
+        let graph = self.entrance();
         // Under the lock nobody else promotes: the graph cannot change before the apply.
         if !wanted(graph.len()) || graph.contains(v) {
             return Ok(false);
