@@ -474,3 +474,38 @@ fn sliding_window_keeps_files_bounded_and_recall_steady() {
     let min = recalls.iter().cloned().fold(1.0, f64::min);
     assert!(min >= recalls[0] - 0.03, "recall drifted: {recalls:?}");
 }
+
+/// Every thread that asks for the entrance graph after a recovery rebuilt it (a new server
+/// lifetime) gets the rebuilt one. The epoch used to be marked checked before the new file was
+/// mapped, and a thread arriving in between took the old mapping, where its insert's promotion
+/// then vanished from this lifetime's graph (`relation_updates.rs` caught it under load).
+#[test]
+fn threads_racing_after_a_recovery_all_see_the_rebuilt_entrance_graph() {
+    let data = synthetic_clustered(400, DIM, 8, 3);
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("idx");
+    let tids: Vec<HeapTid> = (0..400).map(tid_of).collect();
+    build_index(&dir, &data, &tids, &params(), &|_, _, _| {}, &|| false).unwrap();
+    let locks = LocalLocks::new(16);
+    let index = Index::open(&dir).unwrap();
+    const THREADS: usize = 8;
+    for epoch in 1..=40u64 {
+        recover(index.files(), &locks, epoch).unwrap();
+        let barrier = std::sync::Barrier::new(THREADS);
+        let epochs: Vec<u64> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..THREADS)
+                .map(|_| {
+                    s.spawn(|| {
+                        barrier.wait();
+                        index.entrance().epoch()
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert!(
+            epochs.iter().all(|&e| e == epoch),
+            "lifetime {epoch}: threads saw the graphs of lifetimes {epochs:?}"
+        );
+    }
+}
