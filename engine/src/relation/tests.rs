@@ -395,3 +395,63 @@ fn every_block_is_written_once_in_order_and_the_metapage_last() {
     let expected: Vec<Option<u32>> = (1..n).map(Some).chain([None, Some(0), None]).collect();
     assert_eq!(log, expected, "ascending, then sync, metapage, sync");
 }
+
+/// Reports the relation one block short for its first `short_reads` length reads, as a
+/// reader sees a relation another process grows between its read of the length and of the
+/// extent map.
+struct Growing {
+    inner: MemStore,
+    short_reads: std::sync::atomic::AtomicU32,
+}
+
+impl PageStore for Growing {
+    fn nblocks(&self) -> Result<u32, StorageError> {
+        let n = self.inner.nblocks()?;
+        let short = self
+            .short_reads
+            .fetch_update(
+                std::sync::atomic::Ordering::Relaxed,
+                std::sync::atomic::Ordering::Relaxed,
+                |s| s.checked_sub(1),
+            )
+            .is_ok();
+        Ok(if short { n - 1 } else { n })
+    }
+    fn read_block(&self, block: u32, out: &mut [u8]) -> Result<(), StorageError> {
+        self.inner.read_block(block, out)
+    }
+    fn write_block(&self, block: u32, page: &[u8]) -> Result<(), StorageError> {
+        self.inner.write_block(block, page)
+    }
+    fn extend(&self, blocks: u32) -> Result<u32, StorageError> {
+        self.inner.extend(blocks)
+    }
+    fn sync(&self) -> Result<(), StorageError> {
+        self.inner.sync()
+    }
+}
+
+#[test]
+fn a_layout_read_racing_growth_is_tried_again_and_real_damage_still_fails() {
+    let (vectors, tids) = rows(300, 8);
+    let p = params(8, 16, 4);
+    let b = built(&vectors, &tids, &p);
+    let (store, _) = write_mem(&b);
+    let name = std::path::Path::new("growing");
+    let (meta, map) = RelationImage::read_layout(&store, name).unwrap();
+    let racing = Growing {
+        inner: store,
+        short_reads: 2.into(),
+    };
+    let (meta_again, map_again) = RelationImage::read_layout(&racing, name).unwrap();
+    assert_eq!(
+        (meta_again, map_again),
+        (meta, map),
+        "the third read is whole"
+    );
+    // Short on every read: the tries run out and the damage is reported.
+    racing
+        .short_reads
+        .store(u32::MAX, std::sync::atomic::Ordering::Relaxed);
+    assert!(RelationImage::read_layout(&racing, name).is_err());
+}
