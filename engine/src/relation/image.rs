@@ -29,6 +29,7 @@
 
 pub use super::allocator::Allocator;
 use super::apply::Geometry;
+use super::race::retry_racing_growth;
 use crate::pages::edge::EdgeLayout;
 use crate::pages::extent::{run_len, ExtentMap};
 use crate::pages::meta::Meta;
@@ -123,29 +124,25 @@ impl RelationImage {
     }
 
     /// The metapage and the extent map only: what a writer of changes starts from, and what
-    /// a reader re-reads when a page lies beyond its copy of the map.
-    ///
-    /// Another writer may grow the relation between the read of its length and of the
-    /// extent map, whose runs then reach past the length read: the read is tried again, up
-    /// to 4 more times, 1-4 ms apart (the growth is one extension and one map-page write).
-    /// PostgreSQL's writers grow the relation under its extension lock, but readers do not
-    /// take it. Real damage fails every try. Seen as a spurious "runs reach block 115 but the
-    /// relation has 111 blocks" once in 480 runs of `engine/tests/relation_updates.rs`.
+    /// a reader re-reads when a page lies beyond its copy of the map. A read that races the
+    /// relation's growth is tried again ([`super::race`]); real damage fails every try.
+    /// Seen as a spurious "runs reach block 115 but the relation has 111 blocks" once in
+    /// 480 runs of `engine/tests/relation_updates.rs` before it was.
     pub fn read_layout(
         store: &dyn PageStore,
         name: &Path,
     ) -> Result<(Meta, ExtentMap), StorageError> {
-        let mut tries = 0u64;
-        loop {
-            match Reader::open(store, name) {
-                Ok((_, image, _)) => return Ok((image.meta, image.extent_map)),
-                Err(_) if tries < 4 => {
-                    tries += 1;
-                    std::thread::sleep(std::time::Duration::from_millis(tries));
-                }
-                Err(e) => return Err(e),
-            }
-        }
+        retry_racing_growth(|| Self::read_layout_once(store, name))
+    }
+
+    /// [`RelationImage::read_layout`] without the retries, for a caller that retries a
+    /// larger read around it.
+    pub(crate) fn read_layout_once(
+        store: &dyn PageStore,
+        name: &Path,
+    ) -> Result<(Meta, ExtentMap), StorageError> {
+        let (_, image, _) = Reader::open(store, name)?;
+        Ok((image.meta, image.extent_map))
     }
 
     /// Ids below one more than the highest published id (published or free).

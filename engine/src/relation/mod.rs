@@ -42,6 +42,7 @@ pub mod apply;
 pub mod changed_blocks;
 mod image;
 mod open;
+mod race;
 pub mod runtime;
 pub mod standby;
 mod store_log;

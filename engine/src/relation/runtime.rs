@@ -13,6 +13,7 @@
 //! Creation is atomic: a process writes a private directory and renames it into place; one
 //! that loses the race to another drops its own and opens the winner's.
 
+use super::race::retry_racing_growth;
 use super::RelationImage;
 use crate::entrance::shared::SharedEntrance;
 use crate::entrance::EntranceGraph;
@@ -69,39 +70,27 @@ pub fn open_index_synced(
 /// keep them so), and reading the hot pages would race with those writers, whose growth can
 /// land between the read of the extent map and of the entries (an entry then names an edge
 /// page beyond the map read). Without one, the hot pages are read and the copy made from
-/// them. A read that fails is tried again (up to 4 more times, 5-20 ms apart), taking the
-/// layout path as soon as another backend has placed a copy: even the layout read races with
-/// growth (the relation's length is read before the extent map). Real damage fails every try.
-/// A PostgreSQL primary calls this under the relation extension lock, which every layout
-/// change holds, so there the first read is consistent; the retries serve a hot standby,
-/// whose redo changes pages without that lock, and stores with no lock at all.
+/// them. Either read can race the relation's growth and is tried again ([`super::race`]),
+/// taking the layout path as soon as another backend has placed a copy; real damage fails
+/// every try. A PostgreSQL primary calls this under the relation extension lock, which
+/// every layout change holds, so there the first read is consistent; the retries serve a
+/// hot standby, whose redo changes pages without that lock, and stores with no lock at all.
 fn read_or_make_copy(
     store: &dyn PageStore,
     fork: &Path,
     runtime_dir: &Path,
     generation: u64,
 ) -> Result<(Meta, ExtentMap, usize), StorageError> {
-    let mut tries = 0u64;
-    loop {
-        let read = if runtime_dir.join(names::STATE).exists() {
-            RelationImage::read_layout(store, fork).map(|(meta, map)| {
-                let ids = meta.build_vertices as usize;
-                (meta, map, ids)
-            })
+    retry_racing_growth(|| {
+        if runtime_dir.join(names::STATE).exists() {
+            // Not `read_layout`, which retries by itself: the tries would multiply.
+            let (meta, map) = RelationImage::read_layout_once(store, fork)?;
+            let ids = meta.build_vertices as usize;
+            Ok((meta, map, ids))
         } else {
             make_copy(store, fork, runtime_dir, generation)
-        };
-        match read {
-            Ok(layout) => return Ok(layout),
-            // The layout read can race too: the relation's length is read before the extent
-            // map, which a writer may have grown in between.
-            Err(_) if tries < 4 => {
-                tries += 1;
-                std::thread::sleep(std::time::Duration::from_millis(5 * tries));
-            }
-            Err(e) => return Err(e),
         }
-    }
+    })
 }
 
 /// The side-file manifest an open relation index presents to the engine: geometry and
