@@ -205,25 +205,17 @@ fn write_runtime_files(
 ) -> Result<(), StorageError> {
     let capacity = manifest.indirection_capacity as usize;
     let table = IndirectionTable::create(&dir.join(names::INDIRECTION), capacity)?;
-    let mut live = vec![0u32; manifest.edge_pages as usize];
     for (v, entry) in image.entries.iter().enumerate() {
-        let Some(entry) = *entry else {
-            continue;
-        };
-        let page = entry.edge.page as usize;
-        if page >= live.len() {
-            return Err(StorageError::corrupt(
-                table.path(),
-                format!("vertex {v} points at edge page {page}, beyond the relation's"),
-            ));
+        if let Some(entry) = *entry {
+            table.publish(v as u32, entry)?;
         }
-        live[page] += 1;
-        table.publish(v as u32, entry)?;
     }
 
     // Every id below the high-water mark counts as handed out; recovery puts the unpublished
     // ones on the free list and counts the rest.
-    let state = SharedState::create(&dir.join(names::STATE), manifest.vector_slots, &live)?;
+    // The lists per edge page the image's allocator counted (and checked against the runs).
+    let live = &image.allocator.live;
+    let state = SharedState::create(&dir.join(names::STATE), manifest.vector_slots, live)?;
     // The promotions, as the runtime log every rebuild of the shared graph replays.
     write_file(&dir.join(names::ENTRANCE_LOG), &image.promotions)?;
     let promotion_bytes = u32::try_from(image.promotions.len()).map_err(|_| {
