@@ -41,6 +41,7 @@
 mod build;
 mod error;
 mod opened;
+mod params;
 pub mod partitioned;
 mod reader;
 pub mod regrow;
@@ -50,9 +51,10 @@ mod tests;
 
 pub use build::{
     build_in_memory, build_index, peak_rss_bytes, BuildPhase, BuildReport, BuiltIndex, Cancel,
-    EdgePageFormat, IndexParams, Progress, DEFAULT_GRAPH_BUILD_LIST, MIN_PQ_SUBSPACES,
+    EdgePageFormat, Progress,
 };
 pub use error::IndexError;
 pub use opened::{index_paths, CasrSetting, Index};
+pub use params::{IndexParams, DEFAULT_GRAPH_BUILD_LIST, MIN_PQ_SUBSPACES};
 pub(crate) use reader::storage_to_io;
 pub use reader::{DiskReader, SpareReader};
