@@ -10,8 +10,9 @@ use crate::VertexId;
 use super::{EntranceError, EntranceGraph, EntrySearch, PromotionPlan, NEW_VERTEX};
 
 /// Read access to an entrance graph, whether it is a process's own [`EntranceGraph`] or the
-/// [`shared::SharedEntrance`] every backend maps: searching and planning promotions work on
-/// either. Ids are local (dense `0..len`) unless a method says global.
+/// [`shared::SharedEntrance`](super::shared::SharedEntrance) every backend maps: searching and
+/// planning promotions work on either. Ids are local (dense `0..len`) unless a method says
+/// global.
 pub trait EntranceView {
     fn metric(&self) -> Metric;
     fn dim(&self) -> usize;
