@@ -37,6 +37,8 @@
 # 0 uses the committed benchmarks/results/device.json),
 # SYSTEMS (navis,pgvector when pgvector is installed; e.g. SYSTEMS=navis for one side only, with
 # PGOPTIONS="-c ..." for the sessions' settings),
+# CLIENTS (1,2: the search sweeps' client counts; the targets are at 1 and 2, e.g. 1,2,4 adds the
+# device share with more clients than cores),
 # OUT (benchmarks/data/compare/DATASET-REGIME). The plots are also copied to
 # benchmarks/results/compare/DATASET-<plot>-REGIME.png for the committed reports.
 # pgvector must be installed in /usr/lib/postgresql/15 (built from source, never committed);
@@ -62,6 +64,7 @@ INSERT=${INSERT:-$(( ROWS / 10 < 20000 ? ROWS / 10 : 20000 ))}
 BASE=${BASE:-$(( ROWS - INSERT ))}
 BATCH=${BATCH:-$(( INSERT / 4 ))}
 WRITERS=${WRITERS:-2} SEARCHERS=${SEARCHERS:-2}
+CLIENTS=${CLIENTS:-1,2}
 LISTS=${LISTS:-20,40,80,160} EFS=${EFS:-20,40,80,160}
 QUERIES=${QUERIES:-1000} WARMUP=${WARMUP:-200} PRIME=${PRIME:-1000}
 LIMIT_MB=${LIMIT_MB:-384} CACHE_MB=${CACHE_MB:-64}
@@ -164,7 +167,7 @@ for s in "${systems[@]}"; do
   perf_start search "$s"
   # shellcheck disable=SC2046
   "$PY" "$HERE/bench.py" "$D" "${common[@]}" $(sysargs "$s") --skip-load --skip-build \
-      --lists "$LISTS" --ef-search "$EFS" --clients 1,2 --queries "$QUERIES" --warmup "$WARMUP" \
+      --lists "$LISTS" --ef-search "$EFS" --clients "$CLIENTS" --queries "$QUERIES" --warmup "$WARMUP" \
       --prime "$PRIME" $([ "${FRESH_POINTS:-0}" = 1 ] && echo --fresh-points) \
       --json "$OUT/search-$s.json" >"$OUT/search-$s.md"
   echo "   search $s done  $(uptime)"

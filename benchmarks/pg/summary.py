@@ -71,7 +71,9 @@ def main():
           "| reads/s | share of fio ceiling |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     qps = {}
-    for clients in (1, 2):
+    # every client count the run measured (compare.sh CLIENTS); the targets are at 1 and 2
+    counts = sorted({r["clients"] for run in s.values() if run for r in run["search"]})
+    for clients in counts:
         for name in ("navis", "pgvector"):
             if not s[name]:
                 continue
