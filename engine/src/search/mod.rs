@@ -627,4 +627,6 @@ pub fn search<S: IndexSource>(
 #[cfg(test)]
 mod iterative_tests;
 #[cfg(test)]
+mod robustness_tests;
+#[cfg(test)]
 mod tests;
