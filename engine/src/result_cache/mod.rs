@@ -25,6 +25,8 @@ mod table;
 mod words;
 
 #[cfg(test)]
+mod maintenance_tests;
+#[cfg(test)]
 mod tests;
 
 pub use body::Refusal;
