@@ -4,7 +4,7 @@
 use super::tests::{brute_force, queries, row, MemorySource};
 use super::*;
 use crate::storage::FLAG_DELETED;
-use crate::storage::{EdgeLocation, PAGE_SIZE};
+use crate::storage::{EdgeLocation, IndirEntry, PAGE_SIZE};
 
 #[test]
 fn deleted_vertices_are_traversed_but_not_returned() {

@@ -1,7 +1,7 @@
 use super::*;
 use crate::casr;
 use crate::storage::FLAG_LIVE;
-use crate::storage::{EdgeLocation, PAGE_SIZE};
+use crate::storage::{EdgeLocation, IndirEntry, PAGE_SIZE};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rustc_hash::FxHashSet as HashSet;
