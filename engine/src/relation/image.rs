@@ -125,7 +125,7 @@ impl RelationImage {
 
     /// The metapage and the extent map only: what a writer of changes starts from, and what
     /// a reader re-reads when a page lies beyond its copy of the map. A read that races the
-    /// relation's growth is tried again ([`super::race`]); real damage fails every try.
+    /// relation's growth is tried again (`relation/race.rs`); real damage fails every try.
     /// Seen as a spurious "runs reach block 115 but the relation has 111 blocks" once in
     /// 480 runs of `engine/tests/relation_updates.rs` before it was.
     pub fn read_layout(
