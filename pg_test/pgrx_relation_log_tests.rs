@@ -18,8 +18,7 @@ fn log_test_tid(row: usize) -> navis_engine::storage::HeapTid {
 }
 
 fn navis_wal_since(start_lsn: &str) -> Vec<(String, String, i64)> {
-    // SAFETY: flushing WAL up to the insert position is always allowed.
-    unsafe { pg_sys::XLogFlush(pg_sys::GetXLogInsertRecPtr()) };
+    flush_own_wal();
     Spi::connect(|c| {
         c.select(
             &format!(
