@@ -53,6 +53,17 @@ impl Args {
                 .map_err(|_| format!("--{key}: not a number: {v:?}")),
         }
     }
+
+    /// An optional number: `None` when `--key` is absent.
+    pub(super) fn opt_num<T: std::str::FromStr>(&self, key: &str) -> Result<Option<T>> {
+        self.values
+            .get(key)
+            .map(|v| {
+                v.parse()
+                    .map_err(|_| format!("--{key}: not a number: {v:?}"))
+            })
+            .transpose()
+    }
 }
 
 pub(super) fn parse_metric(s: &str) -> Result<Metric> {

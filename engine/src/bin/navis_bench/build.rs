@@ -15,12 +15,7 @@ pub(super) fn cmd_build(a: &Args) -> Result<()> {
     let base = PathBuf::from(a.str("base")?);
     let out = PathBuf::from(a.str("out")?);
     let layout = Layout::parse(a)?;
-    let limit = a
-        .values
-        .get("limit")
-        .map(|v| v.parse::<usize>())
-        .transpose();
-    let limit = limit.map_err(|_| "--limit: not a number".to_string())?;
+    let limit = a.opt_num::<usize>("limit")?;
     let data = read_fbin_rows(&base, limit).map_err(|e| format!("{}: {e}", base.display()))?;
     let defaults = IndexParams::default();
     let params = IndexParams {
@@ -28,12 +23,7 @@ pub(super) fn cmd_build(a: &Args) -> Result<()> {
         max_degree: a.num("max-degree", defaults.max_degree)?,
         build_list: a.num("build-list", defaults.build_list)?,
         alpha: a.num("alpha", defaults.alpha)?,
-        pq_bytes: a
-            .values
-            .get("pq-bytes")
-            .map(|v| v.parse())
-            .transpose()
-            .map_err(|_| "--pq-bytes: not a number")?,
+        pq_bytes: a.opt_num("pq-bytes")?,
         threads: a.num("threads", defaults.threads)?,
         ..defaults
     };

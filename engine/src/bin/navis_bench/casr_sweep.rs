@@ -146,12 +146,7 @@ pub(super) fn cmd_casr_sweep(a: &Args) -> Result<()> {
         .into_iter()
         .map(|f| f as usize)
         .collect();
-    let limit_q = a
-        .values
-        .get("limit-queries")
-        .map(|v| v.parse::<usize>())
-        .transpose()
-        .map_err(|_| "--limit-queries: not a number".to_string())?;
+    let limit_q = a.opt_num::<usize>("limit-queries")?;
     let queries =
         read_fbin_rows(&qpath, limit_q).map_err(|e| format!("{}: {e}", qpath.display()))?;
     let gt = read_ground_truth(&gpath).map_err(|e| format!("{}: {e}", gpath.display()))?;

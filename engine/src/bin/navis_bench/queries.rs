@@ -26,12 +26,7 @@ impl SearchInputs {
     pub fn parse(a: &Args) -> Result<SearchInputs> {
         let qpath = a.str("queries")?;
         let gpath = a.str("gt")?;
-        let limit_q = a
-            .values
-            .get("limit-queries")
-            .map(|v| v.parse::<usize>())
-            .transpose()
-            .map_err(|_| "--limit-queries: not a number".to_string())?;
+        let limit_q = a.opt_num::<usize>("limit-queries")?;
         Ok(SearchInputs {
             queries: read_fbin_rows(qpath, limit_q).map_err(|e| format!("{qpath}: {e}"))?,
             gt: read_ground_truth(gpath).map_err(|e| format!("{gpath}: {e}"))?,
