@@ -347,7 +347,7 @@ impl ProductQuantizer {
 
     /// The distance table of query `q`. Panics if `q.len() != dim()`.
     pub fn query_table(&self, q: &[f32]) -> QueryTable {
-        let mut table = QueryTable { rows: Vec::new() };
+        let mut table = QueryTable::new();
         self.query_table_into(q, &mut table);
         table
     }
@@ -366,12 +366,15 @@ impl ProductQuantizer {
             self.dim,
             "PQ query table: query has the wrong dimension"
         );
-        // Entries past `k` belong to no centroid; infinity ranks a corrupt code last.
-        table.rows.clear();
-        table
-            .rows
-            .resize(self.pq_bytes(), [f32::INFINITY; MAX_CENTROIDS]);
-        for (s, (centroids, row)) in self.tables.iter().zip(table.rows.iter_mut()).enumerate() {
+        // Every entry below `k` is written below; entries past `k` belong to no centroid, and
+        // infinity ranks a corrupt code last. A reused table is not filled first.
+        let rows = table.rows_for(self.pq_bytes());
+        if self.k < MAX_CENTROIDS {
+            for row in rows.iter_mut() {
+                row[self.k..].fill(f32::INFINITY);
+            }
+        }
+        for (s, (centroids, row)) in self.tables.iter().zip(rows.iter_mut()).enumerate() {
             let sub = &q[self.bounds[s]..self.bounds[s + 1]];
             match metric {
                 Metric::L2 | Metric::Cosine => centroids.squared_distances(sub, row),
@@ -455,63 +458,10 @@ pub(crate) fn subspace_major_copy(
     sample
 }
 
-/// Per-query ADC table: `[pq_bytes][256]` distances from each query subvector to each
-/// centroid (squared L2, or negative dot for inner product).
-#[derive(Clone, Debug)]
-pub struct QueryTable {
-    rows: Vec<[f32; MAX_CENTROIDS]>,
-}
-
-impl QueryTable {
-    /// An empty table to fill with [`ProductQuantizer::query_table_into`].
-    pub fn new() -> Self {
-        QueryTable { rows: Vec::new() }
-    }
-
-    pub fn pq_bytes(&self) -> usize {
-        self.rows.len()
-    }
-
-    /// The approximate distance of the vertex with this code. A code must have `pq_bytes()`
-    /// bytes; a shorter one is summed over its length (checked in debug builds only: this
-    /// runs millions of times per second).
-    #[inline]
-    pub fn distance(&self, code: &[u8]) -> f32 {
-        debug_assert_eq!(code.len(), self.rows.len(), "PQ code of the wrong length");
-        // Four independent sums hide the add latency; a u8 index into a 256-entry array
-        // needs no bounds check.
-        let (code4, code_rest) = code.as_chunks::<4>();
-        let (rows4, rows_rest) = self.rows.as_chunks::<4>();
-        let mut acc = [0f32; 4];
-        for (c, r) in code4.iter().zip(rows4) {
-            acc[0] += r[0][c[0] as usize];
-            acc[1] += r[1][c[1] as usize];
-            acc[2] += r[2][c[2] as usize];
-            acc[3] += r[3][c[3] as usize];
-        }
-        let mut sum = (acc[0] + acc[1]) + (acc[2] + acc[3]);
-        for (&c, r) in code_rest.iter().zip(rows_rest) {
-            sum += r[c as usize];
-        }
-        sum
-    }
-
-    /// Distances of consecutive codes (`codes.len() == out.len() * pq_bytes()`).
-    pub fn distances(&self, codes: &[u8], out: &mut [f32]) {
-        debug_assert_eq!(codes.len(), out.len() * self.rows.len());
-        for (d, code) in out.iter_mut().zip(codes.chunks_exact(self.rows.len())) {
-            *d = self.distance(code);
-        }
-    }
-}
-
-impl Default for QueryTable {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 mod format;
+mod query_table;
+
+pub use query_table::QueryTable;
 
 #[cfg(test)]
 mod tests;

@@ -299,3 +299,53 @@ fn table_reuse_and_batch_distances() {
     let own = out[1];
     assert!(out.iter().filter(|&&d| d < own).count() < 5);
 }
+
+#[test]
+fn a_reused_table_is_overwritten_in_full() {
+    // A table of 8 subspaces and 256 centroids is dropped on this thread; the next table, of
+    // 4 subspaces and 100 centroids, takes its rows with their stale values.
+    let (n, dim) = (400, 16);
+    let data = synthetic_clustered(n, dim, 4, 3);
+    let big = ProductQuantizer::train(&data, dim, n, 8, Metric::L2, 1, 1).unwrap();
+    let small = ProductQuantizer::train(&data[..100 * dim], dim, 100, 4, Metric::L2, 1, 1).unwrap();
+    assert_eq!(big.centroids_per_subspace(), 256);
+    assert_eq!(small.centroids_per_subspace(), 100);
+
+    let stale = big.query_table(&data[..dim]);
+    let stale_rows = stale.rows.as_ptr();
+    drop(stale);
+    let q = &data[5 * dim..6 * dim];
+    let table = small.query_table(q);
+    assert_eq!(
+        table.rows.as_ptr(),
+        stale_rows,
+        "the dropped rows were not reused"
+    );
+    assert_eq!(table.pq_bytes(), 4);
+    for s in 0..4 {
+        let sub = &q[small.bounds[s]..small.bounds[s + 1]];
+        for c in 0..MAX_CENTROIDS {
+            let got = table.rows[s][c];
+            if c < 100 {
+                let want = Metric::L2.search_distance(sub, small.centroid(s, c));
+                assert!(
+                    relative_close(got, want, 1e-5),
+                    "[{s}][{c}]: {got} != {want}"
+                );
+            } else {
+                assert_eq!(got, f32::INFINITY, "[{s}][{c}] is past k but holds {got}");
+            }
+        }
+    }
+    // A fresh table and the reused one score every code the same.
+    let codes = small.encode_batch(&data, 1);
+    let (mut reused, mut fresh) = (vec![0f32; n], vec![0f32; n]);
+    table.distances(&codes, &mut reused);
+    drop(table);
+    let mut new_rows = QueryTable {
+        rows: Vec::with_capacity(4),
+    };
+    small.query_table_into(q, &mut new_rows);
+    new_rows.distances(&codes, &mut fresh);
+    assert_eq!(reused, fresh);
+}
