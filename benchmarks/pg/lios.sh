@@ -19,7 +19,9 @@
 # repairs out as tasks); results go to DATASET-REGIME-window.
 # Environment: BASE (50000), INSERT (5000), BATCH (INSERT), WRITERS (2), SEARCHERS (1),
 # BASELINE (20), CONFIGS, LIST (navis.search_list, default 40), LIMIT_MB, CACHE_MB (NAVIS-Cache,
-# 64), OUT (benchmarks/data/lios/DATASET-REGIME). Needs the release build installed.
+# 64), WORKER (navis.lios_worker, default on; with off the result files are named
+# lios-CONFIG-noworker), OUT (benchmarks/data/lios/DATASET-REGIME). Needs the release build
+# installed.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -37,6 +39,8 @@ LIMIT_MB=${LIMIT_MB:-200} CACHE_MB=${CACHE_MB:-64}
 BASE=${BASE:-50000} INSERT=${INSERT:-5000} BATCH=${BATCH:-$INSERT} WRITERS=${WRITERS:-2}
 SEARCHERS=${SEARCHERS:-1} BASELINE=${BASELINE:-20} LIST=${LIST:-40}
 CONFIGS=${CONFIGS:-off 0.02 0.05 0.10}
+WORKER=${WORKER:-on}
+suffix=; [ "$WORKER" = on ] || suffix=-noworker
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 installed=$(/usr/lib/postgresql/15/bin/pg_config --pkglibdir)/navis.so
@@ -56,7 +60,8 @@ echo "== $NAME, regime $REGIME: $BASE rows built, $INSERT inserted by $WRITERS w
 for config in $CONFIGS; do
   memlimit_remove lios >/dev/null 2>&1 || true
   cluster_start "$CDIR" "$PORT" "shared_preload_libraries = 'navis'" "shared_buffers = $shared_buffers" \
-      "maintenance_work_mem = 2GB" "max_wal_size = 4GB" "navis.cache_size = '${CACHE_MB}MB'"
+      "maintenance_work_mem = 2GB" "max_wal_size = 4GB" "navis.cache_size = '${CACHE_MB}MB'" \
+      "navis.lios_worker = $WORKER"
   (cd "$HERE" && "$PY" inserts.py "${common[@]}" --insert 0 >/dev/null)
   if [ "$REGIME" = b ]; then
     cluster_stop "$CDIR"
@@ -71,7 +76,7 @@ for config in $CONFIGS; do
   [ -n "$WINDOW" ] && settings+=(--window)
   (cd "$HERE" && "$PY" inserts.py "${common[@]}" --reuse --insert "$INSERT" --batch "$BATCH" \
       --writers "$WRITERS" --searchers "$SEARCHERS" --baseline-seconds "$BASELINE" "${settings[@]}" \
-      --json "$OUT/lios-$config.json") | tee "$OUT/lios-$config.md"
-  [ "$REGIME" = b ] && memlimit_report lios >"$OUT/memlimit-$config.txt" || true
+      --json "$OUT/lios-$config$suffix.json") | tee "$OUT/lios-$config$suffix.md"
+  [ "$REGIME" = b ] && memlimit_report lios >"$OUT/memlimit-$config$suffix.txt" || true
   cluster_stop "$CDIR"
 done
