@@ -83,27 +83,26 @@ impl CentroidTable {
     /// `out[c] = |x - c|²` for every centroid; `out` must hold at least `k` values.
     #[inline]
     pub fn squared_distances(&self, x: &[f32], out: &mut [f32]) {
-        self.check_table_args(x, out);
-        #[cfg(target_arch = "x86_64")]
-        if self.avx2 {
-            // SAFETY: `avx2` is true only if the CPU reported AVX2 and FMA at construction.
-            unsafe { table_avx2::<true>(&self.panels, x, &mut out[..self.k]) };
-            return;
-        }
-        table_body::<true, false>(&self.panels, x, &mut out[..self.k]);
+        self.fill_table::<true>(x, out);
     }
 
     /// `out[c] = -(x·c)` for every centroid; `out` must hold at least `k` values.
     #[inline]
     pub fn negative_dots(&self, x: &[f32], out: &mut [f32]) {
+        self.fill_table::<false>(x, out);
+    }
+
+    /// The two tables above: squared distances when `L2`, negative dots otherwise.
+    #[inline]
+    fn fill_table<const L2: bool>(&self, x: &[f32], out: &mut [f32]) {
         self.check_table_args(x, out);
         #[cfg(target_arch = "x86_64")]
         if self.avx2 {
             // SAFETY: `avx2` is true only if the CPU reported AVX2 and FMA at construction.
-            unsafe { table_avx2::<false>(&self.panels, x, &mut out[..self.k]) };
+            unsafe { table_avx2::<L2>(&self.panels, x, &mut out[..self.k]) };
             return;
         }
-        table_body::<false, false>(&self.panels, x, &mut out[..self.k]);
+        table_body::<L2, false>(&self.panels, x, &mut out[..self.k]);
     }
 
     fn check_table_args(&self, x: &[f32], out: &[f32]) {
