@@ -187,19 +187,7 @@ impl IndexSource for DiskReader<'_> {
         list: usize,
         counters: &mut SearchCounters,
     ) -> Vec<VertexId> {
-        let live = |v: VertexId| {
-            self.entry(v)
-                .is_some_and(|e| e.is_live() && !e.is_deleted())
-        };
-        // The query was checked against the index's dimension, which the entrance graph
-        // shares (checked at open), so the search cannot fail.
-        match self.index.entrance().search_live_counted(query, list, live) {
-            Ok(((entry, _), distances)) => {
-                counters.entrance_distances += distances as u64;
-                entry
-            }
-            Err(_) => Vec::new(),
-        }
+        crate::search::live_entry_points(self, &*self.index.entrance(), query, list, counters)
     }
 
     fn medoid(&self) -> VertexId {

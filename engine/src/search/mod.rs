@@ -75,6 +75,7 @@ mod source;
 mod traverse;
 
 pub use beam::{device_width, BeamAdvisor, DEVICE_WIDTH, IN_MEMORY_WIDTH};
+pub(crate) use source::live_entry_points;
 pub use source::IndexSource;
 
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};

@@ -75,3 +75,33 @@ pub trait IndexSource {
         self.load_vectors(&ids, vectors, tids)
     }
 }
+
+/// [`IndexSource::entry_points`] for a source that holds an entrance graph: the graph's
+/// nearest entrances to `query`, skipping vertices the source no longer holds live (deleted
+/// or vanished since their promotion). The caller checked the query against the index's
+/// dimension, which the entrance graph shares (checked at open), so the search cannot fail;
+/// if it did, the search would start from no entry point rather than a wrong one.
+pub(crate) fn live_entry_points<S, G>(
+    source: &S,
+    entrance: &G,
+    query: &[f32],
+    list: usize,
+    counters: &mut SearchCounters,
+) -> Vec<VertexId>
+where
+    S: IndexSource + ?Sized,
+    G: crate::entrance::EntranceView + ?Sized,
+{
+    let live = |v: VertexId| {
+        source
+            .entry(v)
+            .is_some_and(|e| e.is_live() && !e.is_deleted())
+    };
+    match crate::entrance::search_view(entrance, query, list, live) {
+        Ok(((entry, _), distances)) => {
+            counters.entrance_distances += distances as u64;
+            entry
+        }
+        Err(_) => Vec::new(),
+    }
+}
