@@ -1,10 +1,10 @@
 //! The per-query ADC table, and the one spare allocation each thread keeps for the next.
 //!
 //! A table is `pq_bytes` rows of 256 floats: 128 KiB for a 128-byte code. A backend answers
-//! one scan after another, and allocating that afresh for each (then filling it with
-//! infinity before the real distances overwrite it) was about 3% of an in-memory search's CPU
-//! with the kernel's share (perf, Fashion-MNIST, two clients: the per-query table was 1.4
-//! points of memmove alone). A dropped table leaves its rows to its thread, and the next
+//! one scan after another, and each used to allocate its table afresh and fill it with
+//! infinity before the real distances overwrote it: 9 K instructions per Fashion-MNIST query
+//! of about 1.0 M (callgrind, navis-bench), a small cost next to computing the table. A
+//! dropped table leaves its rows to its thread, and the next
 //! [`QueryTable::new`] on that thread takes them; the contents are overwritten before use
 //! ([`super::ProductQuantizer::table_under`] writes every entry below `k` and fills the rest).
 
